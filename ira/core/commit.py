@@ -1,0 +1,97 @@
+"""What one atomic state change consists of (the commit boundaries C1, C3-C6).
+
+Domain code builds a :class:`RunCommit`; the store applies it in ONE transaction: compare-and-set
+on the run's ``state_version``, fence on the step's ``owner_epoch``, step changes, events with
+the next ``run_seq`` numbers, and outbox messages. If any check fails nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ira.core.envelope import Envelope
+from ira.core.model import Model
+from ira.core.states import RunState, StepState, WaitKind
+
+
+class EventDraft(Model):
+    """An event to append; the store assigns ``run_seq``, ``event_id`` and ``at``."""
+
+    type: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class OutboxMessage(Model):
+    """A message to publish once the transaction that wrote it has committed."""
+
+    topic: str
+    """The physical topic name (environment prefix already applied)."""
+    key: str
+    envelope: Envelope
+
+
+class Fence(Model):
+    """The writer must still own this step at this epoch, or the commit is rejected."""
+
+    step_id: str
+    owner_epoch: int
+
+
+class StepChange(Model):
+    """Move one step of the run to a new state (checked against the step table)."""
+
+    step_id: str
+    state: StepState
+    result_ref: str | None = None
+    release_claim: bool = True
+    """Clear owner and lease: a finished or waiting step holds no worker."""
+
+
+class RunCommit(Model):
+    """One accepted change to a run: checks, then writes, all or nothing."""
+
+    tenant_id: str
+    run_id: str
+    expected_version: int
+    """The ``state_version`` the writer read; another value means someone else moved first."""
+    state: RunState | None = None
+    """The run's new state, or None to keep it (the version still advances)."""
+    wait_kind: WaitKind | None = None
+    outcome: str | None = None
+    fence: Fence | None = None
+    steps: tuple[StepChange, ...] = ()
+    events: tuple[EventDraft, ...] = ()
+    outbox: tuple[OutboxMessage, ...] = ()
+
+
+class NewStep(Model):
+    """A step of a new run's plan."""
+
+    step_id: str
+    kind: str
+    state: StepState
+    depends_on: tuple[str, ...] = ()
+    required: bool = True
+    binding: dict[str, Any] = Field(default_factory=dict)
+
+
+class NewRun(Model):
+    """Everything C1 creates in one transaction: task, run, steps, first event, outbox."""
+
+    tenant_id: str
+    run_id: str
+    task_id: str
+    task_kind: str
+    subject_ref: str
+    workflow: str
+    environment: str = "prod"
+    incident_id: str | None = None
+    contract: dict[str, Any] = Field(default_factory=dict)
+    bindings: dict[str, Any] = Field(default_factory=dict)
+    steps: tuple[NewStep, ...] = ()
+    events: tuple[EventDraft, ...] = (EventDraft(type="RUN_CREATED"),)
+    outbox: tuple[OutboxMessage, ...] = ()
+    idempotency_key: str | None = None
+    """A second NewRun with the same key returns the first run instead of creating another."""

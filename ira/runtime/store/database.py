@@ -1,0 +1,98 @@
+"""One handle on the SQL database: engine, write transactions, reads.
+
+SQLite needs care to behave under concurrency: WAL so readers never block the writer,
+``BEGIN IMMEDIATE`` so a write transaction takes the write lock up front (instead of failing
+half-way with "database is locked"), and an in-process lock so coroutines queue on an
+asyncio primitive rather than on SQLite's busy-wait. PostgreSQL needs none of this: its row
+locks and conditional UPDATEs give the compare-and-set semantics directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+_WRITE = "ira_write"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URLs people type (``postgresql://``, ``sqlite:///x.db``) and pick async drivers."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    elif backend == "sqlite":
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    else:
+        raise ValueError(f"unsupported database {backend!r}: use sqlite or postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000", "foreign_keys=ON"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+
+
+class Database:
+    """The store's connection to SQLite or PostgreSQL."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._writer = engine.execution_options(**{_WRITE: True})
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+
+    @classmethod
+    def create(cls, url: str, *, schema: str | None = None, pool_size: int = 10) -> Database:
+        """Build (not connect) a database handle; ``schema`` isolates PostgreSQL tests."""
+        url = normalize_url(url)
+        options: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            database = make_url(url).database
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            options["connect_args"] = {"timeout": 30}
+        else:
+            options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            if schema:
+                options["connect_args"] = {"server_settings": {"search_path": schema}}
+        engine = create_async_engine(url, **options)
+        if engine.dialect.name == "sqlite":
+            _install_sqlite_hooks(engine)
+        return cls(engine)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: commits when the block ends, rolls back on any error."""
+        async with self._write_lock or nullcontext(), self._writer.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def reader(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only view; on SQLite it never waits for the writer."""
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer a trivial query."""
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,114 @@
+"""The outbox: messages written with the state they announce, published after commit.
+
+The relay claims unsent rows in short transactions (a lease per row, so N relays never
+publish the same row at once and a dead relay's rows come back), publishes them, then marks
+them sent. A crash between publish and mark publishes again; receivers dedupe by
+``message_id`` in their inbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.commit import OutboxMessage
+from ira.core.model import Model
+from ira.runtime.store.schema import outbox
+
+
+class OutboxRow(Model):
+    """A claimed outbox row, ready to publish."""
+
+    id: int
+    tenant_id: str
+    message_id: str
+    topic: str
+    key: str
+    value: bytes
+    headers: dict[str, str]
+    created_at: datetime
+
+
+def message_headers(message: OutboxMessage) -> dict[str, str]:
+    """The Kafka headers of DESIGN.md §5, taken from the envelope."""
+    env = message.envelope
+    headers = {"event_id": env.message_id, "schema": f"{env.type}/v{env.schema_version}", "tenant_id": env.tenant_id}
+    if env.traceparent:
+        headers["traceparent"] = env.traceparent
+    return headers
+
+
+async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
+    """Write messages in the caller's transaction; they are published only if it commits."""
+    if not messages:
+        return
+    await conn.execute(
+        insert(outbox),
+        [
+            {
+                "tenant_id": m.envelope.tenant_id,
+                "message_id": m.envelope.message_id,
+                "topic": m.topic,
+                "key": m.key,
+                "value": m.envelope.to_bytes(),
+                "headers": message_headers(m),
+                "created_at": at,
+            }
+            for m in messages
+        ],
+    )
+
+
+def _claimable(now: datetime):  # type: ignore[no-untyped-def]
+    return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))
+
+
+async def claim_batch(
+    conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int
+) -> list[OutboxRow]:
+    """Lease up to ``limit`` unsent rows, oldest first.
+
+    The claimable condition is repeated on the outer UPDATE: under PostgreSQL's READ
+    COMMITTED a concurrent relay that claimed the same row first makes the re-check fail,
+    so a row is never leased twice.
+    """
+    candidates = (
+        select(outbox.c.id).where(_claimable(now)).order_by(outbox.c.id).limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    result = await conn.execute(
+        update(outbox)
+        .where(outbox.c.id.in_(candidates.scalar_subquery()), _claimable(now))
+        .values(claimed_by=relay_id, claimed_until=now + lease)
+        .returning(outbox.c.id, outbox.c.tenant_id, outbox.c.message_id, outbox.c.topic, outbox.c.key,
+                   outbox.c.value, outbox.c.headers, outbox.c.created_at)
+    )
+    rows = [OutboxRow.model_validate(dict(r._mapping)) for r in result]
+    return sorted(rows, key=lambda r: r.id)
+
+
+async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int], at: datetime) -> int:
+    """Mark rows this relay still holds as sent; returns how many."""
+    if not ids:
+        return 0
+    result = await conn.execute(
+        update(outbox)
+        .where(outbox.c.id.in_(list(ids)), outbox.c.claimed_by == relay_id, outbox.c.sent_at.is_(None))
+        .values(sent_at=at, claimed_until=None)
+    )
+    return result.rowcount
+
+
+async def oldest_unsent_age(conn: AsyncConnection, *, now: datetime) -> timedelta | None:
+    """How long the oldest unsent row has waited (the relay's health, exported as a metric)."""
+    oldest = (await conn.execute(select(func.min(outbox.c.created_at)).where(outbox.c.sent_at.is_(None)))).scalar()
+    if oldest is None:
+        return None
+    if oldest.tzinfo is None:  # aggregate results bypass the column type on SQLite
+        from datetime import UTC
+
+        oldest = oldest.replace(tzinfo=UTC)
+    return now - oldest

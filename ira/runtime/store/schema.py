@@ -1,0 +1,318 @@
+"""Tables. Every row carries ``tenant_id`` and every key and unique constraint includes it.
+
+Changing a table means a new Alembic revision under ``ira/infra/migrations``; the tests
+build their databases through the migrations, so a model that drifts from them fails there.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite would hand back naive ones)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use an aware UTC datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _tz() -> UtcDateTime:
+    return UtcDateTime()
+
+
+def _tenant() -> Column[str]:
+    return Column("tenant_id", String(64), nullable=False)
+
+
+tasks = Table(
+    "tasks", metadata,
+    _tenant(),
+    Column("task_id", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("subject_ref", String(200), nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "task_id"),
+)
+
+runs = Table(
+    "runs", metadata,
+    _tenant(),
+    Column("run_id", String(64), nullable=False),
+    Column("task_id", String(64), nullable=False),
+    Column("workflow", String(100), nullable=False),
+    Column("environment", String(32), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("wait_kind", String(16)),
+    Column("state_version", Integer, nullable=False),
+    Column("last_seq", Integer, nullable=False),
+    Column("incident_id", String(64)),
+    Column("contract", JSON, nullable=False),
+    Column("bindings", JSON, nullable=False),
+    Column("outcome", String(64)),
+    Column("idempotency_key", String(200)),
+    Column("created_at", _tz(), nullable=False),
+    Column("updated_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id"),
+    UniqueConstraint("tenant_id", "idempotency_key"),
+    ForeignKeyConstraint(["tenant_id", "task_id"], ["tasks.tenant_id", "tasks.task_id"]),
+    Index(None, "tenant_id", "state"),
+    Index(None, "tenant_id", "incident_id"),
+)
+
+steps = Table(
+    "steps", metadata,
+    _tenant(),
+    Column("run_id", String(64), nullable=False),
+    Column("step_id", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("depends_on", JSON, nullable=False),
+    Column("required", Boolean, nullable=False),
+    Column("owner", String(128)),
+    Column("owner_epoch", Integer, nullable=False),
+    Column("lease_until", _tz()),
+    Column("binding", JSON, nullable=False),
+    Column("result_ref", String(100)),
+    Column("woken_at", _tz()),
+    Column("updated_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id", "step_id"),
+    ForeignKeyConstraint(["tenant_id", "run_id"], ["runs.tenant_id", "runs.run_id"]),
+    Index(None, "state", "lease_until"),
+)
+
+attempts = Table(
+    "attempts", metadata,
+    _tenant(),
+    Column("attempt_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("step_id", String(64), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("owner_epoch", Integer, nullable=False),
+    Column("started_at", _tz(), nullable=False),
+    Column("ended_at", _tz()),
+    Column("outcome", String(32)),
+    Column("error", Text),
+    Column("usage", JSON, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "attempt_id"),
+    Index(None, "tenant_id", "run_id", "step_id"),
+)
+
+events = Table(
+    "events", metadata,
+    _tenant(),
+    Column("run_id", String(64), nullable=False),
+    Column("run_seq", Integer, nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("at", _tz(), nullable=False),
+    Column("data", JSON, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id", "run_seq"),
+    UniqueConstraint("tenant_id", "event_id"),
+)
+
+decisions = Table(
+    "decisions", metadata,
+    _tenant(),
+    Column("evaluation_id", String(64), nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("incident_id", String(64)),
+    Column("decision", String(16), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("basis", JSON, nullable=False),
+    Column("at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "evaluation_id"),
+    Index(None, "tenant_id", "incident_id"),
+)
+
+operations = Table(
+    "operations", metadata,
+    _tenant(),
+    Column("operation_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("step_id", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("idempotency_key", String(200), nullable=False),
+    Column("payload_hash", String(100), nullable=False),
+    Column("approval_id", String(64)),
+    Column("fact_state", String(24), nullable=False),
+    Column("handling_state", String(24), nullable=False),
+    Column("external_ref", String(200)),
+    Column("owner_epoch", Integer, nullable=False),
+    Column("deadline_at", _tz()),
+    Column("created_at", _tz(), nullable=False),
+    Column("updated_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "operation_id"),
+    UniqueConstraint("tenant_id", "idempotency_key"),
+    Index(None, "tenant_id", "run_id"),
+)
+
+approvals = Table(
+    "approvals", metadata,
+    _tenant(),
+    Column("approval_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("step_id", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("payload_hash", String(100), nullable=False),
+    Column("resource_version", Integer, nullable=False),
+    Column("required_role", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("expires_at", _tz(), nullable=False),
+    Column("decided_by", String(128)),
+    Column("decided_at", _tz()),
+    Column("reason", Text),
+    Column("created_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "approval_id"),
+    Index(None, "tenant_id", "run_id"),
+)
+
+outbox = Table(
+    "outbox", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _tenant(),
+    Column("message_id", String(64), nullable=False),
+    Column("topic", String(200), nullable=False),
+    Column("key", String(300), nullable=False),
+    Column("value", LargeBinary, nullable=False),
+    Column("headers", JSON, nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    Column("claimed_by", String(128)),
+    Column("claimed_until", _tz()),
+    Column("sent_at", _tz()),
+    UniqueConstraint("tenant_id", "message_id"),
+    Index("ix_outbox_unsent", "sent_at", "id"),
+)
+
+inbox = Table(
+    "inbox", metadata,
+    _tenant(),
+    Column("consumer", String(100), nullable=False),
+    Column("message_id", String(200), nullable=False),
+    Column("received_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "consumer", "message_id"),
+)
+
+budget_accounts = Table(
+    "budget_accounts", metadata,
+    _tenant(),
+    Column("run_id", String(64), nullable=False),
+    Column("scope", String(64), nullable=False),
+    Column("dimension", String(16), nullable=False),
+    Column("limit_amount", BigInteger, nullable=False),
+    Column("reserved", BigInteger, nullable=False),
+    Column("settled", BigInteger, nullable=False),
+    Column("parent_reservation_id", String(100)),
+    PrimaryKeyConstraint("tenant_id", "run_id", "scope", "dimension"),
+)
+
+budget_reservations = Table(
+    "budget_reservations", metadata,
+    _tenant(),
+    Column("reservation_id", String(100), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("scope", String(64), nullable=False),
+    Column("dimension", String(16), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("used", BigInteger),
+    Column("created_at", _tz(), nullable=False),
+    Column("closed_at", _tz()),
+    PrimaryKeyConstraint("tenant_id", "reservation_id"),
+)
+
+artifacts = Table(
+    "artifacts", metadata,
+    _tenant(),
+    Column("ref", String(80), nullable=False),
+    Column("media_type", String(100), nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "ref"),
+)
+
+deliveries = Table(
+    "deliveries", metadata,
+    _tenant(),
+    Column("notification_id", String(64), nullable=False),
+    Column("run_id", String(64)),
+    Column("channel", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("payload_ref", String(80)),
+    Column("receipts", JSON, nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    Column("updated_at", _tz(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "notification_id"),
+    Index(None, "tenant_id", "run_id"),
+)
+
+work_items = Table(
+    "work_items", metadata,
+    _tenant(),
+    Column("work_item_id", String(64), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("run_id", String(64)),
+    Column("state", String(16), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("facts", JSON, nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    Column("closed_at", _tz()),
+    PrimaryKeyConstraint("tenant_id", "work_item_id"),
+    Index(None, "tenant_id", "state"),
+)
+
+timers = Table(
+    "timers", metadata,
+    _tenant(),
+    Column("timer_id", String(64), nullable=False),
+    Column("run_id", String(64)),
+    Column("step_id", String(64)),
+    Column("kind", String(32), nullable=False),
+    Column("due_at", _tz(), nullable=False),
+    Column("fired_at", _tz()),
+    Column("payload", JSON, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "timer_id"),
+    Index("ix_timers_due", "fired_at", "due_at"),
+)
