@@ -9,7 +9,7 @@ them sent. A crash between publish and mark publishes again; receivers dedupe by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,7 +31,6 @@ class OutboxRow(Model):
     headers: dict[str, str]
     created_at: datetime
 
-
 def message_headers(message: OutboxMessage) -> dict[str, str]:
     """The Kafka headers of DESIGN.md §5, taken from the envelope."""
     env = message.envelope
@@ -39,7 +38,6 @@ def message_headers(message: OutboxMessage) -> dict[str, str]:
     if env.traceparent:
         headers["traceparent"] = env.traceparent
     return headers
-
 
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
     """Write messages in the caller's transaction; they are published only if it commits."""
@@ -61,10 +59,8 @@ async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, a
         ],
     )
 
-
 def _claimable(now: datetime):  # type: ignore[no-untyped-def]
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))
-
 
 async def claim_batch(
     conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int
@@ -89,7 +85,6 @@ async def claim_batch(
     rows = [OutboxRow.model_validate(dict(r._mapping)) for r in result]
     return sorted(rows, key=lambda r: r.id)
 
-
 async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int], at: datetime) -> int:
     """Mark rows this relay still holds as sent; returns how many."""
     if not ids:
@@ -101,14 +96,11 @@ async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int],
     )
     return result.rowcount
 
-
 async def oldest_unsent_age(conn: AsyncConnection, *, now: datetime) -> timedelta | None:
     """How long the oldest unsent row has waited (the relay's health, exported as a metric)."""
     oldest = (await conn.execute(select(func.min(outbox.c.created_at)).where(outbox.c.sent_at.is_(None)))).scalar()
     if oldest is None:
         return None
     if oldest.tzinfo is None:  # aggregate results bypass the column type on SQLite
-        from datetime import UTC
-
         oldest = oldest.replace(tzinfo=UTC)
     return now - oldest

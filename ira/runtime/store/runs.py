@@ -1,0 +1,149 @@
+"""Runs and their event log: C1 creation and the one-transaction compare-and-set commit.
+
+``run_seq`` is allocated by the same UPDATE that checks ``state_version`` (``last_seq =
+last_seq + n ... RETURNING``), so the row lock that serializes writers also serializes
+numbering: no gaps, no duplicates, whatever the concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.commit import EventDraft, NewRun, RunCommit
+from ira.core.errors import ConcurrentUpdateError, NotFoundError
+from ira.core.ids import new_event_id
+from ira.core.run import Run, RunEvent
+from ira.core.states import RunState, check_run_transition
+from ira.runtime.store.outbox import enqueue
+from ira.runtime.store.rows import event_from_row, run_from_row
+from ira.runtime.store.schema import events, runs, tasks
+from ira.runtime.store.steps import apply_step_changes, check_fence, insert_steps
+
+
+async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
+    """C1: task, run, steps, first events and outbox in the caller's transaction.
+
+    Returns ``(run, created)``; with an ``idempotency_key`` already used, the existing run
+    comes back with ``created=False`` and nothing is written.
+    """
+    if new.idempotency_key and (existing := await _find_by_key(conn, new.tenant_id, new.idempotency_key)):
+        return existing, False
+    await conn.execute(insert(tasks).values(
+        tenant_id=new.tenant_id, task_id=new.task_id, kind=new.task_kind, subject_ref=new.subject_ref, created_at=at))
+    try:
+        async with conn.begin_nested():
+            await conn.execute(insert(runs).values(
+                tenant_id=new.tenant_id, run_id=new.run_id, task_id=new.task_id, workflow=new.workflow,
+                environment=new.environment, state=RunState.PENDING, wait_kind=None, state_version=1,
+                last_seq=len(new.events), incident_id=new.incident_id, contract=new.contract,
+                bindings=new.bindings, outcome=None, idempotency_key=new.idempotency_key,
+                created_at=at, updated_at=at))
+    except IntegrityError as exc:
+        raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
+    await insert_steps(conn, new, at=at)
+    await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
+    await enqueue(conn, new.outbox, at=at)
+    return await get_run(conn, new.tenant_id, new.run_id), True
+
+
+async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
+    """Apply one accepted change atomically, or raise and write nothing.
+
+    Checks, in order: the run exists and the requested state move is legal; the writer still
+    owns its fenced step (StaleEpochError); the run is still at ``expected_version``
+    (ConcurrentUpdateError). The caller's transaction rolls back on any of them.
+    """
+    current = await get_run(conn, change.tenant_id, change.run_id)
+    if change.state is not None and change.state != current.state:
+        check_run_transition(current.state, change.state)
+    if change.fence is not None:
+        await check_fence(conn, change.tenant_id, change.run_id, change.fence)
+    last_seq = await _bump_version(conn, change, at=at)
+    await apply_step_changes(conn, change, at=at)
+    first_seq = last_seq - len(change.events) + 1
+    await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)
+    await enqueue(conn, change.outbox, at=at)
+    return await get_run(conn, change.tenant_id, change.run_id)
+
+
+async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> int:
+    values: dict[str, object] = {
+        "state_version": runs.c.state_version + 1,
+        "last_seq": runs.c.last_seq + len(change.events),
+        "updated_at": at,
+    }
+    if change.state is not None:
+        values["state"] = change.state
+        values["wait_kind"] = change.wait_kind
+    if change.outcome is not None:
+        values["outcome"] = change.outcome
+    result = await conn.execute(
+        update(runs)
+        .where(runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id,
+               runs.c.state_version == change.expected_version)
+        .values(**values)
+        .returning(runs.c.last_seq)
+    )
+    last_seq = result.scalar()
+    if last_seq is None:
+        raise ConcurrentUpdateError(f"run {change.run_id} moved past version {change.expected_version}")
+    return int(last_seq)
+
+
+async def append_events(
+    conn: AsyncConnection, tenant_id: str, run_id: str, drafts: Sequence[EventDraft], *, at: datetime
+) -> int:
+    """Append events without a state check (observations: a claim, a denied proposal).
+
+    The run row's ``last_seq`` is still bumped in one UPDATE, so numbering stays gapless.
+    """
+    result = await conn.execute(
+        update(runs).where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
+        .values(last_seq=runs.c.last_seq + len(drafts)).returning(runs.c.last_seq)
+    )
+    last_seq = result.scalar()
+    if last_seq is None:
+        raise NotFoundError(f"run {run_id} not found")
+    await _append_events(conn, tenant_id, run_id, drafts, first_seq=int(last_seq) - len(drafts) + 1, at=at)
+    return int(last_seq)
+
+
+async def _append_events(
+    conn: AsyncConnection, tenant_id: str, run_id: str, drafts: Sequence[EventDraft], *, first_seq: int, at: datetime
+) -> None:
+    if not drafts:
+        return
+    await conn.execute(insert(events), [
+        {"tenant_id": tenant_id, "run_id": run_id, "run_seq": first_seq + i, "event_id": new_event_id(),
+         "type": d.type, "at": at, "data": d.data}
+        for i, d in enumerate(drafts)
+    ])
+
+
+async def get_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
+    row = (await conn.execute(select(runs).where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id))).first()
+    if row is None:
+        raise NotFoundError(f"run {run_id} not found")
+    return run_from_row(row)
+
+
+async def _find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Run | None:
+    row = (await conn.execute(
+        select(runs).where(runs.c.tenant_id == tenant_id, runs.c.idempotency_key == key))).first()
+    return run_from_row(row) if row else None
+
+
+async def list_events(
+    conn: AsyncConnection, tenant_id: str, run_id: str, *, after: int = 0, limit: int = 1000
+) -> list[RunEvent]:
+    """The run's log from ``after`` (exclusive), in ``run_seq`` order: what SSE resumes from."""
+    result = await conn.execute(
+        select(events).where(events.c.tenant_id == tenant_id, events.c.run_id == run_id, events.c.run_seq > after)
+        .order_by(events.c.run_seq).limit(limit)
+    )
+    return [event_from_row(r) for r in result]

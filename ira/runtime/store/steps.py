@@ -1,0 +1,164 @@
+"""Steps: claims, leases and fencing (C3), and the step part of a run commit.
+
+A claim is one conditional UPDATE: only a READY step whose lease is free or expired, or a
+RUNNING step whose owner's lease ran out, can be taken; taking it bumps ``owner_epoch``.
+Every later write by that owner names the epoch, and the store refuses lower ones.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, exists, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.commit import Fence, NewRun, RunCommit, StepChange
+from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
+from ira.core.ids import new_id
+from ira.core.run import Claim, Step
+from ira.core.states import RunState, StepState, check_step_transition
+from ira.runtime.store.rows import step_from_row
+from ira.runtime.store.schema import attempts, runs, steps
+
+#: Runs in these states accept new claims; WAITING/PAUSED/terminal runs hand out no work.
+CLAIMABLE_RUN_STATES = (RunState.PENDING, RunState.RUNNING)
+
+
+def _key(tenant_id: str, run_id: str, step_id: str):  # type: ignore[no-untyped-def]
+    return and_(steps.c.tenant_id == tenant_id, steps.c.run_id == run_id, steps.c.step_id == step_id)
+
+
+async def insert_steps(conn: AsyncConnection, new: NewRun, *, at: datetime) -> None:
+    if not new.steps:
+        return
+    await conn.execute(insert(steps), [
+        {"tenant_id": new.tenant_id, "run_id": new.run_id, "step_id": s.step_id, "kind": s.kind,
+         "state": s.state, "depends_on": list(s.depends_on), "required": s.required, "owner": None,
+         "owner_epoch": 0, "lease_until": None, "binding": s.binding, "result_ref": None, "updated_at": at}
+        for s in new.steps
+    ])
+
+
+async def get_step(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> Step:
+    row = (await conn.execute(select(steps).where(_key(tenant_id, run_id, step_id)))).first()
+    if row is None:
+        raise NotFoundError(f"step {run_id}/{step_id} not found")
+    return step_from_row(row)
+
+
+async def list_steps(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Step]:
+    result = await conn.execute(
+        select(steps).where(steps.c.tenant_id == tenant_id, steps.c.run_id == run_id).order_by(steps.c.step_id))
+    return [step_from_row(r) for r in result]
+
+
+def _claimable(now: datetime):  # type: ignore[no-untyped-def]
+    lease_free = or_(steps.c.lease_until.is_(None), steps.c.lease_until < now)
+    run_open = exists().where(
+        runs.c.tenant_id == steps.c.tenant_id, runs.c.run_id == steps.c.run_id,
+        runs.c.state.in_(CLAIMABLE_RUN_STATES))
+    ready = and_(steps.c.state == StepState.READY, lease_free)
+    abandoned = and_(steps.c.state == StepState.RUNNING, steps.c.lease_until < now)
+    return and_(or_(ready, abandoned), run_open)
+
+
+async def claim_step(
+    conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str, *, owner: str, lease: timedelta, now: datetime
+) -> Claim | None:
+    """Take the step if it is free; None if someone holds it, it is finished, or the run is closed."""
+    lease_until = now + lease
+    epoch = (await conn.execute(
+        update(steps).where(_key(tenant_id, run_id, step_id), _claimable(now))
+        .values(owner=owner, lease_until=lease_until, owner_epoch=steps.c.owner_epoch + 1,
+                state=StepState.RUNNING, updated_at=now)
+        .returning(steps.c.owner_epoch)
+    )).scalar()
+    if epoch is None:
+        return None
+    attempt_id = new_id("att")
+    await conn.execute(insert(attempts).values(
+        tenant_id=tenant_id, attempt_id=attempt_id, run_id=run_id, step_id=step_id, owner=owner,
+        owner_epoch=epoch, started_at=now, usage={}))
+    return Claim(tenant_id=tenant_id, run_id=run_id, step_id=step_id, owner=owner, owner_epoch=int(epoch),
+                 lease_until=lease_until, attempt_id=attempt_id)
+
+
+async def heartbeat(conn: AsyncConnection, claim: Claim, *, lease: timedelta, now: datetime) -> Claim:
+    """Extend the lease; StaleEpochError if the step was taken over (the owner must stop)."""
+    lease_until = now + lease
+    result = await conn.execute(
+        update(steps).where(_key(claim.tenant_id, claim.run_id, claim.step_id),
+                            steps.c.owner_epoch == claim.owner_epoch, steps.c.state == StepState.RUNNING)
+        .values(lease_until=lease_until, updated_at=now)
+    )
+    if result.rowcount != 1:
+        raise StaleEpochError(f"step {claim.run_id}/{claim.step_id} epoch {claim.owner_epoch} lost its lease")
+    return claim.model_copy(update={"lease_until": lease_until})
+
+
+async def release_step(conn: AsyncConnection, claim: Claim, *, now: datetime, error: str | None = None) -> None:
+    """Give the step back unfinished (drain, crash handling): READY again, no owner, same epoch."""
+    result = await conn.execute(
+        update(steps).where(_key(claim.tenant_id, claim.run_id, claim.step_id),
+                            steps.c.owner_epoch == claim.owner_epoch, steps.c.state == StepState.RUNNING)
+        .values(state=StepState.READY, owner=None, lease_until=None, updated_at=now)
+    )
+    if result.rowcount != 1:
+        raise StaleEpochError(f"step {claim.run_id}/{claim.step_id} epoch {claim.owner_epoch} is not ours to release")
+    await end_attempt(conn, claim, outcome="released", now=now, error=error)
+
+
+async def end_attempt(
+    conn: AsyncConnection, claim: Claim, *, outcome: str, now: datetime,
+    error: str | None = None, usage: dict[str, int] | None = None,
+) -> None:
+    values: dict[str, object] = {"ended_at": now, "outcome": outcome, "error": error}
+    if usage is not None:
+        values["usage"] = usage
+    await conn.execute(update(attempts).where(
+        attempts.c.tenant_id == claim.tenant_id, attempts.c.attempt_id == claim.attempt_id).values(**values))
+
+
+async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> None:
+    """Lock the fenced step and verify its epoch: a newer claim can't slip in before commit."""
+    epoch = (await conn.execute(
+        select(steps.c.owner_epoch).where(_key(tenant_id, run_id, fence.step_id)).with_for_update()
+    )).scalar()
+    if epoch is None:
+        raise NotFoundError(f"step {run_id}/{fence.step_id} not found")
+    if epoch != fence.owner_epoch:
+        raise StaleEpochError(f"step {run_id}/{fence.step_id} is at epoch {epoch}, writer has {fence.owner_epoch}")
+
+
+async def apply_step_changes(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> None:
+    for step_change in change.steps:
+        await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
+
+
+async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime) -> None:
+    current = await get_step(conn, tenant_id, run_id, change.step_id)
+    check_step_transition(current.state, change.state)
+    values: dict[str, object] = {"state": change.state, "updated_at": at}
+    if change.result_ref is not None:
+        values["result_ref"] = change.result_ref
+    if change.release_claim:
+        values.update(owner=None, lease_until=None)
+    result = await conn.execute(
+        update(steps).where(_key(tenant_id, run_id, change.step_id), steps.c.state == current.state,
+                            steps.c.owner_epoch == current.owner_epoch).values(**values))
+    if result.rowcount != 1:
+        raise ConcurrentUpdateError(f"step {run_id}/{change.step_id} changed concurrently")
+
+
+async def find_wakeable(conn: AsyncConnection, *, now: datetime, quiet: timedelta, limit: int) -> list[Step]:
+    """Steps the scanner should wake again: READY with no live claim and not woken lately,
+    or RUNNING with an expired lease (its owner died)."""
+    not_recent = or_(steps.c.woken_at.is_(None), steps.c.woken_at < now - quiet)
+    settled = steps.c.updated_at < now - quiet
+    result = await conn.execute(
+        select(steps).where(_claimable(now), not_recent, settled).order_by(steps.c.updated_at).limit(limit))
+    return [step_from_row(r) for r in result]
+
+
+async def mark_woken(conn: AsyncConnection, step: Step, *, now: datetime) -> None:
+    await conn.execute(update(steps).where(_key(step.tenant_id, step.run_id, step.step_id)).values(woken_at=now))

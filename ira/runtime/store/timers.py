@@ -1,0 +1,50 @@
+"""Durable timers (approval expiry, deadlines): rows the scanner fires when they are due."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.model import Model
+from ira.runtime.store.schema import timers
+
+
+class Timer(Model):
+    tenant_id: str
+    timer_id: str
+    kind: str
+    due_at: datetime
+    run_id: str | None = None
+    step_id: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+async def schedule_timer(conn: AsyncConnection, timer: Timer) -> None:
+    await conn.execute(insert(timers).values(**timer.model_dump(), fired_at=None))
+
+
+async def due_timers(conn: AsyncConnection, *, now: datetime, limit: int) -> list[Timer]:
+    result = await conn.execute(
+        select(timers).where(timers.c.fired_at.is_(None), timers.c.due_at <= now)
+        .order_by(timers.c.due_at).limit(limit))
+    return [Timer.model_validate({k: v for k, v in r._mapping.items() if k != "fired_at"}) for r in result]
+
+
+async def mark_fired(conn: AsyncConnection, timer: Timer, *, now: datetime) -> bool:
+    """Fire once: False if another scanner fired (or someone cancelled) it first."""
+    result = await conn.execute(
+        update(timers).where(timers.c.tenant_id == timer.tenant_id, timers.c.timer_id == timer.timer_id,
+                             timers.c.fired_at.is_(None)).values(fired_at=now))
+    return result.rowcount == 1
+
+
+async def cancel_timer(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> bool:
+    """Disarm a timer (the approval came in first); reuses fired_at so it can never fire."""
+    result = await conn.execute(
+        update(timers).where(timers.c.tenant_id == tenant_id, timers.c.timer_id == timer_id,
+                             timers.c.fired_at.is_(None)).values(fired_at=now))
+    return result.rowcount == 1

@@ -1,0 +1,69 @@
+"""Databases for store tests: a fresh SQLite file, and a fresh PostgreSQL schema, per test.
+
+Both are built through the Alembic migrations, so a schema change without a migration fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from ira.runtime.store.database import Database
+from ira.runtime.store.migrate import upgrade
+from tests.services import require_service
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def postgres_test_url() -> str:
+    return os.environ.get("IRA_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+async def _create_schema(url: str, schema: str) -> None:
+    try:
+        conn = await asyncpg.connect(url, timeout=3)
+    except (OSError, asyncpg.PostgresError) as exc:
+        require_service("postgresql", f"{url} unreachable: {exc}")
+        raise
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    conn = await asyncpg.connect(url, timeout=3)
+    try:
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def open_database(backend: str, tmp_path: Path) -> tuple[Database, str | None]:
+    """A migrated database of ``backend``; returns it and the PostgreSQL schema to drop."""
+    if backend == "sqlite":
+        db = Database.create(f"sqlite:///{tmp_path / 'ira.db'}")
+        await upgrade(db)
+        return db, None
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    await _create_schema(postgres_test_url(), schema)
+    db = Database.create(postgres_test_url(), schema=schema, pool_size=30)
+    await upgrade(db)
+    return db, schema
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """The contract suites run once per backend."""
+    database, schema = await open_database(request.param, tmp_path)
+    try:
+        yield database
+    finally:
+        await database.close()
+        if schema:
+            await _drop_schema(postgres_test_url(), schema)
