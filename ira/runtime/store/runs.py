@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any, NoReturn
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,7 +20,7 @@ from ira.core.commit import EventDraft, NewRun, RunCommit
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
 from ira.core.run import Run, RunEvent
-from ira.core.states import RunState, check_run_transition
+from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
@@ -35,64 +37,74 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tup
         return existing, False
     await conn.execute(insert(tasks).values(
         tenant_id=new.tenant_id, task_id=new.task_id, kind=new.task_kind, subject_ref=new.subject_ref, created_at=at))
+    values = {
+        "tenant_id": new.tenant_id, "run_id": new.run_id, "task_id": new.task_id, "workflow": new.workflow,
+        "environment": new.environment, "state": RunState.PENDING, "wait_kind": None, "state_version": 1,
+        "last_seq": len(new.events), "incident_id": new.incident_id, "contract": new.contract,
+        "bindings": new.bindings, "outcome": None, "idempotency_key": new.idempotency_key,
+        "created_at": at, "updated_at": at,
+    }
     try:
-        async with conn.begin_nested():
-            await conn.execute(insert(runs).values(
-                tenant_id=new.tenant_id, run_id=new.run_id, task_id=new.task_id, workflow=new.workflow,
-                environment=new.environment, state=RunState.PENDING, wait_kind=None, state_version=1,
-                last_seq=len(new.events), incident_id=new.incident_id, contract=new.contract,
-                bindings=new.bindings, outcome=None, idempotency_key=new.idempotency_key,
-                created_at=at, updated_at=at))
-    except IntegrityError as exc:
+        await conn.execute(insert(runs).values(**values))
+    except IntegrityError as exc:  # the transaction is spoiled; the caller retries and finds the run
         raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
     await insert_steps(conn, new, at=at)
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
     await enqueue(conn, new.outbox, at=at)
-    return await get_run(conn, new.tenant_id, new.run_id), True
+    return Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"}), True
 
 
 async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
     """Apply one accepted change atomically, or raise and write nothing.
 
-    Checks, in order: the run exists and the requested state move is legal; the writer still
-    owns its fenced step (StaleEpochError); the run is still at ``expected_version``
-    (ConcurrentUpdateError). The caller's transaction rolls back on any of them.
+    The happy path is one conditional UPDATE (version, legal source state, next run_seq)
+    plus the inserts; only a refused UPDATE pays for a read, to say why it was refused:
+    IllegalTransitionError, ConcurrentUpdateError, or StaleEpochError from the fence.
+    The caller's transaction rolls back on any of them.
     """
-    current = await get_run(conn, change.tenant_id, change.run_id)
-    if change.state is not None and change.state != current.state:
-        check_run_transition(current.state, change.state)
     if change.fence is not None:
         await check_fence(conn, change.tenant_id, change.run_id, change.fence)
-    last_seq = await _bump_version(conn, change, at=at)
+    row = await _bump_version(conn, change, at=at)
+    if row is None:
+        await _explain_refusal(conn, change)
+    run = run_from_row(row)
     await apply_step_changes(conn, change, at=at)
-    first_seq = last_seq - len(change.events) + 1
+    first_seq = run.last_seq - len(change.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)
     await enqueue(conn, change.outbox, at=at)
-    return await get_run(conn, change.tenant_id, change.run_id)
+    return run
 
 
-async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> int:
+def _sources_of(target: RunState) -> set[RunState]:
+    """States a run may be in for ``target`` to be legal (staying put is always legal)."""
+    return {s for s, nxt in RUN_TRANSITIONS.items() if target in nxt} | {target}
+
+
+async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Row[Any] | None:
     values: dict[str, object] = {
         "state_version": runs.c.state_version + 1,
         "last_seq": runs.c.last_seq + len(change.events),
         "updated_at": at,
     }
+    where = [runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id,
+             runs.c.state_version == change.expected_version]
     if change.state is not None:
-        values["state"] = change.state
-        values["wait_kind"] = change.wait_kind
+        values.update(state=change.state, wait_kind=change.wait_kind)
+        where.append(runs.c.state.in_(_sources_of(change.state)))
     if change.outcome is not None:
         values["outcome"] = change.outcome
-    result = await conn.execute(
-        update(runs)
-        .where(runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id,
-               runs.c.state_version == change.expected_version)
-        .values(**values)
-        .returning(runs.c.last_seq)
-    )
-    last_seq = result.scalar()
-    if last_seq is None:
-        raise ConcurrentUpdateError(f"run {change.run_id} moved past version {change.expected_version}")
-    return int(last_seq)
+    result = await conn.execute(update(runs).where(*where).values(**values).returning(*runs.c))
+    return result.first()
+
+
+async def _explain_refusal(conn: AsyncConnection, change: RunCommit) -> NoReturn:
+    current = await get_run(conn, change.tenant_id, change.run_id)
+    if current.state_version != change.expected_version:
+        raise ConcurrentUpdateError(f"run {change.run_id} is at version {current.state_version}, "
+                                    f"writer expected {change.expected_version}")
+    assert change.state is not None  # the version matched, so the state condition refused it
+    check_run_transition(current.state, change.state)
+    raise ConcurrentUpdateError(f"run {change.run_id} refused the change")
 
 
 async def append_events(

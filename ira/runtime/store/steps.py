@@ -16,7 +16,7 @@ from ira.core.commit import Fence, NewRun, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.ids import new_id
 from ira.core.run import Claim, Step
-from ira.core.states import RunState, StepState, check_step_transition
+from ira.core.states import STEP_TRANSITIONS, RunState, StepState, check_step_transition
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
 
@@ -136,17 +136,18 @@ async def apply_step_changes(conn: AsyncConnection, change: RunCommit, *, at: da
 
 
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime) -> None:
-    current = await get_step(conn, tenant_id, run_id, change.step_id)
-    check_step_transition(current.state, change.state)
+    """One conditional UPDATE; only a refusal reads the step, to raise the precise error."""
+    sources = [s for s, nxt in STEP_TRANSITIONS.items() if change.state in nxt]
     values: dict[str, object] = {"state": change.state, "updated_at": at}
     if change.result_ref is not None:
         values["result_ref"] = change.result_ref
     if change.release_claim:
         values.update(owner=None, lease_until=None)
     result = await conn.execute(
-        update(steps).where(_key(tenant_id, run_id, change.step_id), steps.c.state == current.state,
-                            steps.c.owner_epoch == current.owner_epoch).values(**values))
+        update(steps).where(_key(tenant_id, run_id, change.step_id), steps.c.state.in_(sources)).values(**values))
     if result.rowcount != 1:
+        current = await get_step(conn, tenant_id, run_id, change.step_id)
+        check_step_transition(current.state, change.state)
         raise ConcurrentUpdateError(f"step {run_id}/{change.step_id} changed concurrently")
 
 

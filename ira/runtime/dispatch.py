@@ -1,0 +1,156 @@
+"""Step dispatch (C3): turn a wake-up into a claimed step and run its handler under a lease.
+
+Wake-ups are hints, so this consumer needs no inbox: the claim is the dedupe. A handler
+finishes its step by committing a RunCommit fenced with ``ctx.claim``; while it works, a
+heartbeat renews the lease, and if the lease is lost (another worker took over with a higher
+epoch) the handler is cancelled: it must not write anything more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from ira.core.clock import Clock
+from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.envelope import Envelope
+from ira.core.errors import ConcurrentUpdateError, StaleEpochError, TransientError
+from ira.core.run import Claim, Run, Step
+from ira.core.states import StepState
+from ira.runtime.store import runs, steps
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import attempts
+from ira.runtime.wakeup import STEP_READY
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a handler gets: proof of ownership and the state it was claimed in."""
+
+    claim: Claim
+    step: Step
+    run: Run
+
+
+StepHandler = Callable[[StepContext], Awaitable[None]]
+
+
+@dataclass
+class DispatchStats:
+    claimed: int = 0
+    not_claimable: int = 0
+    lost_lease: int = 0
+    failed: int = 0
+
+
+@dataclass
+class StepDispatcher:
+    db: Database
+    clock: Clock
+    handlers: Mapping[str, StepHandler]
+    """Step kinds this process runs; wake-ups for other kinds belong to other roles."""
+    owner: str
+    lease: timedelta = timedelta(seconds=30)
+    max_attempts: int = 3
+    stats: DispatchStats = field(default_factory=DispatchStats)
+
+    async def handle_wakeup(self, envelope: Envelope) -> None:
+        """Claim the woken step if it is ours and free; run it; never raise for a lost race."""
+        if envelope.type != STEP_READY or envelope.payload.get("kind") not in self.handlers:
+            return
+        ctx = await self._claim(envelope.tenant_id, envelope.payload["run_id"], envelope.payload["step_id"])
+        if ctx is None:
+            self.stats.not_claimable += 1
+            return
+        self.stats.claimed += 1
+        await self._run_claimed(ctx)
+
+    async def _claim(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
+        async with self.db.transaction() as conn:
+            claim = await steps.claim_step(conn, tenant_id, run_id, step_id, owner=self.owner, lease=self.lease,
+                                           now=self.clock.now())
+            if claim is None:
+                return None
+            step = await steps.get_step(conn, tenant_id, run_id, step_id)
+            run = await runs.get_run(conn, tenant_id, run_id)
+        return StepContext(claim=claim, step=step, run=run)
+
+    async def _run_claimed(self, ctx: StepContext) -> None:
+        work = asyncio.create_task(self.handlers[ctx.step.kind](ctx))
+        beat = asyncio.create_task(self._heartbeat(ctx.claim, work))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not beat.done() or beat.result() is not True:
+                raise  # we are shutting down, not losing the lease
+            self.stats.lost_lease += 1
+        except StaleEpochError:
+            self.stats.lost_lease += 1
+        except Exception as exc:  # the worker loop is the one place that catches broadly
+            log.exception("step %s/%s failed", ctx.claim.run_id, ctx.claim.step_id)
+            await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
+        else:
+            await self._release_if_unfinished(ctx)
+        finally:
+            beat.cancel()
+
+    async def _heartbeat(self, claim: Claim, work: asyncio.Task[None]) -> bool:
+        """Renew the lease every third of it; cancel the work (return True) once it is lost."""
+        while not work.done():
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            try:
+                async with self.db.transaction() as conn:
+                    claim = await steps.heartbeat(conn, claim, lease=self.lease, now=self.clock.now())
+            except StaleEpochError:
+                work.cancel()
+                return True
+            except TransientError as exc:  # the database blinked: try again next beat
+                log.warning("heartbeat for %s/%s failed: %s", claim.run_id, claim.step_id, exc)
+        return False
+
+    async def _release_if_unfinished(self, ctx: StepContext) -> None:
+        async with self.db.transaction() as conn:
+            step = await steps.get_step(conn, ctx.claim.tenant_id, ctx.claim.run_id, ctx.claim.step_id)
+            if step.state == StepState.RUNNING and step.owner_epoch == ctx.claim.owner_epoch:
+                await steps.release_step(conn, ctx.claim, now=self.clock.now())
+            else:
+                await steps.end_attempt(conn, ctx.claim, outcome="finished", now=self.clock.now())
+
+    async def _give_back(self, ctx: StepContext, *, error: str) -> None:
+        """Release for a retry, or fail the step once it used up its attempts."""
+        try:
+            if await self._attempts(ctx) >= self.max_attempts:
+                await self._fail(ctx, error=error)
+                self.stats.failed += 1
+                return
+            async with self.db.transaction() as conn:
+                await steps.release_step(conn, ctx.claim, now=self.clock.now(), error=error)
+        except (StaleEpochError, ConcurrentUpdateError):
+            self.stats.lost_lease += 1
+
+    async def _attempts(self, ctx: StepContext) -> int:
+        c = ctx.claim
+        async with self.db.reader() as conn:
+            count = (await conn.execute(select(func.count()).select_from(attempts).where(
+                attempts.c.tenant_id == c.tenant_id, attempts.c.run_id == c.run_id,
+                attempts.c.step_id == c.step_id))).scalar()
+        return int(count or 0)
+
+    async def _fail(self, ctx: StepContext, *, error: str) -> None:
+        c = ctx.claim
+        async with self.db.transaction() as conn:
+            run = await runs.get_run(conn, c.tenant_id, c.run_id)
+            await runs.commit(conn, RunCommit(
+                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
+                fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
+                steps=(StepChange(step_id=c.step_id, state=StepState.FAILED),),
+                events=(EventDraft(type="STEP_FAILED", data={"step_id": c.step_id, "error": error}),),
+            ), at=self.clock.now())
+            await steps.end_attempt(conn, c, outcome="failed", now=self.clock.now(), error=error)

@@ -1,0 +1,122 @@
+"""The outbox relay (C2): publish what committed transactions promised, at least once.
+
+Claim a batch in one short transaction, publish it, mark it sent in another. If the process
+dies between publish and mark, the claim expires and another relay publishes again; the
+receivers' inboxes drop the duplicate. Safe with any number of replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ira.core.clock import Clock
+from ira.core.errors import TransientError
+from ira.core.ports import RawPublisher, TopicAdmin
+from ira.runtime.fault import FaultPoints
+from ira.runtime.pause import pause
+from ira.runtime.store import outbox
+from ira.runtime.store.database import Database
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from ira.runtime.platform import Platform
+
+log = logging.getLogger(__name__)
+
+#: Die after the broker acknowledged a batch and before it is marked sent (fault tests).
+AFTER_PUBLISH = "relay.after_publish"
+
+
+@dataclass
+class RelayStats:
+    published: int = 0
+    failed: int = 0
+    batches: int = 0
+
+
+@dataclass
+class OutboxRelay:
+    db: Database
+    publisher: RawPublisher
+    clock: Clock
+    relay_id: str = field(default_factory=lambda: f"relay-{socket.gethostname()}-{os.getpid()}")
+    lease: timedelta = timedelta(seconds=15)
+    batch_size: int = 200
+    poll_interval: timedelta = timedelta(milliseconds=100)
+    faults: FaultPoints = field(default_factory=FaultPoints)
+    admin: TopicAdmin | None = None
+    stats: RelayStats = field(default_factory=RelayStats)
+
+    async def relay_once(self) -> int:
+        """Publish one batch; returns how many rows were marked sent."""
+        async with self.db.transaction() as conn:
+            rows = await outbox.claim_batch(conn, relay_id=self.relay_id, now=self.clock.now(),
+                                            lease=self.lease, limit=self.batch_size)
+        if not rows:
+            return 0
+        results = await asyncio.gather(
+            *(self.publisher.publish_raw(r.topic, r.key, r.value, r.headers) for r in rows), return_exceptions=True)
+        self.faults.hit(AFTER_PUBLISH)
+        sent = [r.id for r, res in zip(rows, results, strict=True) if not isinstance(res, BaseException)]
+        async with self.db.transaction() as conn:
+            marked = await outbox.mark_sent(conn, relay_id=self.relay_id, ids=sent, at=self.clock.now())
+        self._count(marked, results)
+        return marked
+
+    def _count(self, marked: int, results: Sequence[object]) -> None:
+        self.stats.batches += 1
+        self.stats.published += marked
+        errors = [r for r in results if isinstance(r, BaseException)]
+        self.stats.failed += len(errors)
+        if errors:
+            non_transient = [e for e in errors if not isinstance(e, TransientError)]
+            raise (non_transient or errors)[0]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop``; on broker trouble back off and re-create missing topics."""
+        backoff = 0.2
+        while not stop.is_set():
+            try:
+                moved = await self.relay_once()
+                backoff = 0.2
+            except TransientError as exc:
+                log.warning("relay: publish failed, retrying in %.1fs: %s", backoff, exc)
+                await pause(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+                await self._recreate_topics()
+                continue
+            if moved == 0:
+                await pause(stop, self.poll_interval.total_seconds())
+
+    async def _recreate_topics(self) -> None:
+        if self.admin is None:
+            return
+        try:
+            await self.admin.ensure_topics()
+        except TransientError as exc:
+            log.warning("relay: could not ensure topics: %s", exc)
+
+
+class RelayRole:
+    """``ira worker --role relay``."""
+
+    name = "relay"
+
+    def routers(self, platform: Platform) -> Sequence[APIRouter]:
+        return ()
+
+    async def run(self, platform: Platform, stop: asyncio.Event) -> None:
+        from ira.runtime.wiring import build_relay
+
+        await build_relay(platform).run(stop)
+
+
+role = RelayRole()

@@ -1,0 +1,109 @@
+"""Step dispatch: one handler run per claim, retries bounded, a lost lease stops the work."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from ira.core.clock import FrozenClock
+from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.states import StepState
+from ira.runtime.dispatch import StepContext, StepDispatcher
+from ira.runtime.store import runs, steps
+from ira.runtime.store.database import Database
+from ira.runtime.wakeup import step_wakeup
+from tests.contracts.test_store import T0, new_run
+
+
+async def setup_run(db: Database) -> str:
+    async with db.transaction() as conn:
+        run, _ = await runs.create_run(conn, new_run(), at=T0)
+    return run.run_id
+
+
+def wake(run_id: str, kind: str = "metrics"):  # type: ignore[no-untyped-def]
+    return step_wakeup("acme", run_id, "metrics", kind=kind, environment="prod", at=T0).envelope
+
+
+async def finish(db: Database, ctx: StepContext) -> None:
+    """What a well-behaved handler does: commit DONE, fenced by its claim."""
+    async with db.transaction() as conn:
+        run = await runs.get_run(conn, ctx.claim.tenant_id, ctx.claim.run_id)
+        await runs.commit(conn, RunCommit(
+            tenant_id="acme", run_id=run.run_id, expected_version=run.state_version,
+            fence=Fence(step_id="metrics", owner_epoch=ctx.claim.owner_epoch),
+            steps=(StepChange(step_id="metrics", state=StepState.DONE),),
+            events=(EventDraft(type="HANDLED"),)), at=T0)
+
+
+async def step_state(db: Database, run_id: str) -> StepState:
+    async with db.reader() as conn:
+        return (await steps.get_step(conn, "acme", run_id, "metrics")).state
+
+
+async def test_duplicate_wakeups_run_the_handler_once(db: Database) -> None:
+    run_id = await setup_run(db)
+    calls: list[int] = []
+
+    async def handler(ctx: StepContext) -> None:
+        calls.append(ctx.claim.owner_epoch)
+        await finish(db, ctx)
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler}, owner="w1")
+    for _ in range(3):
+        await dispatcher.handle_wakeup(wake(run_id))
+    assert calls == [1]
+    assert (dispatcher.stats.claimed, dispatcher.stats.not_claimable) == (1, 2)
+    assert await step_state(db, run_id) == StepState.DONE
+
+
+async def test_wakeups_for_other_kinds_are_not_claimed(db: Database) -> None:
+    run_id = await setup_run(db)
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"logs": finish_never}, owner="w1")
+    await dispatcher.handle_wakeup(wake(run_id))
+    assert await step_state(db, run_id) == StepState.READY
+
+
+async def finish_never(ctx: StepContext) -> None:
+    await asyncio.Event().wait()
+
+
+async def test_a_failing_handler_is_retried_then_the_step_fails(db: Database) -> None:
+    run_id = await setup_run(db)
+
+    async def broken(ctx: StepContext) -> None:
+        raise RuntimeError("prometheus exploded")
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": broken}, owner="w", max_attempts=2)
+    await dispatcher.handle_wakeup(wake(run_id))
+    assert await step_state(db, run_id) == StepState.READY  # released for a retry
+    await dispatcher.handle_wakeup(wake(run_id))
+    assert await step_state(db, run_id) == StepState.FAILED
+    async with db.reader() as conn:
+        failed = [e for e in await runs.list_events(conn, "acme", run_id) if e.type == "STEP_FAILED"]
+    assert failed and "prometheus exploded" in failed[0].data["error"]
+
+
+async def test_a_handler_that_loses_its_lease_is_cancelled(db: Database) -> None:
+    run_id = await setup_run(db)
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: StepContext) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": slow}, owner="old",
+                                lease=timedelta(milliseconds=300))
+    work = asyncio.create_task(dispatcher.handle_wakeup(wake(run_id)))
+    await asyncio.wait_for(started.wait(), timeout=5)
+    later = datetime(2026, 4, 29, 11, 0, tzinfo=UTC)  # long after the old lease ran out
+    async with db.transaction() as conn:
+        taken = await steps.claim_step(conn, "acme", run_id, "metrics", owner="new", lease=timedelta(hours=1),
+                                       now=later)
+    assert taken is not None and taken.owner_epoch == 2
+    await asyncio.wait_for(work, timeout=5)
+    assert cancelled.is_set() and dispatcher.stats.lost_lease == 1
