@@ -3,3 +3,6 @@
 pytest_plugins = [
     "tests.store_fixtures",
 ]
+
+pytest_plugins.append("tests.kafka_fixtures")  # kafka, private_kafka, bus_env
+pytest_plugins.append("tests.redis_fixtures")  # redis_url, redis_prefix

@@ -27,7 +27,7 @@ async def eventually(
             if inspect.isawaitable(result):
                 result = await result
             if result:
-                return result  # type: ignore[return-value]
+                return result
             last_error = None
         except AssertionError as exc:
             last_error = exc

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -54,6 +54,7 @@ class OutboxRelay:
     faults: FaultPoints = field(default_factory=FaultPoints)
     admin: TopicAdmin | None = None
     stats: RelayStats = field(default_factory=RelayStats)
+    on_published: Callable[[int], None] = lambda _n: None
 
     async def relay_once(self) -> int:
         """Publish one batch; returns how many rows were marked sent."""
@@ -68,6 +69,7 @@ class OutboxRelay:
         sent = [r.id for r, res in zip(rows, results, strict=True) if not isinstance(res, BaseException)]
         async with self.db.transaction() as conn:
             marked = await outbox.mark_sent(conn, relay_id=self.relay_id, ids=sent, at=self.clock.now())
+        self.on_published(marked)
         self._count(marked, results)
         return marked
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -55,6 +55,7 @@ class Scanner:
     batch_size: int = 200
     passes: int = 0
     last: ScanReport = field(default_factory=ScanReport)
+    on_report: Callable[[ScanReport], None] = lambda _r: None
 
     async def scan_once(self) -> ScanReport:
         await self._ensure_topics()
@@ -63,6 +64,7 @@ class Scanner:
             report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
         self.passes += 1
         self.last = report
+        self.on_report(report)
         return report
 
     async def _ensure_topics(self) -> None:

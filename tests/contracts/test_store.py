@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from ira.core.commit import EventDraft, Fence, NewRun, NewStep, OutboxMessage, RunCommit, StepChange
 from ira.core.envelope import Envelope
@@ -19,7 +20,7 @@ from ira.core.ids import new_event_id, new_id
 from ira.core.states import RunState, StepState
 from ira.runtime.store import inbox, runs, steps
 from ira.runtime.store.database import Database
-from ira.runtime.store.schema import events
+from ira.runtime.store.schema import events, outbox
 
 T0 = datetime(2026, 4, 29, 10, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -204,3 +205,21 @@ async def test_events_are_tenant_scoped(db: Database) -> None:
         assert await runs.list_events(conn, "other-tenant", run.run_id) == []
         rows = (await conn.execute(events.select())).all()
     assert len(rows) == 1
+
+
+async def test_finishing_a_dependency_makes_its_dependent_ready_in_the_same_commit(db: Database) -> None:
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    async with db.transaction() as conn:
+        await runs.commit(conn, RunCommit(
+            tenant_id="acme", run_id=run.run_id, expected_version=1,
+            fence=Fence(step_id="metrics", owner_epoch=claim.owner_epoch),
+            steps=(StepChange(step_id="metrics", state=StepState.FAILED),),
+            events=(EventDraft(type="BRANCH_FAILED"),)), at=T0)
+        join = await steps.get_step(conn, "acme", run.run_id, "join")
+        log = await runs.list_events(conn, "acme", run.run_id)
+        wakeups = (await conn.execute(select(outbox.c.value).order_by(outbox.c.id))).all()
+    assert join.state == StepState.READY
+    assert [(e.run_seq, e.type) for e in log] == [(1, "RUN_CREATED"), (2, "BRANCH_FAILED"), (3, "STEP_READY")]
+    assert Envelope.from_bytes(wakeups[-1].value).payload["step_id"] == "join"

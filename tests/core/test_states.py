@@ -39,7 +39,7 @@ def test_terminal_runs_never_go_back_to_running(terminal: RunState) -> None:
 
 
 def test_terminal_states_are_exactly_completed_failed_cancelled() -> None:
-    assert TERMINAL_RUN_STATES == {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED}
+    assert {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED} == TERMINAL_RUN_STATES
     assert set(RUN_TRANSITIONS) == set(RunState)
 
 
@@ -60,7 +60,7 @@ def test_step_moves(current: StepState, target: StepState, ok: bool) -> None:
 
 
 def test_finished_steps() -> None:
-    assert FINISHED_STEP_STATES == {StepState.DONE, StepState.FAILED, StepState.SKIPPED}
+    assert {StepState.DONE, StepState.FAILED, StepState.SKIPPED} == FINISHED_STEP_STATES
 
 
 def test_operation_cannot_skip_submitted() -> None:

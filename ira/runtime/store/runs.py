@@ -24,7 +24,7 @@ from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.steps import apply_step_changes, check_fence, insert_steps
+from ira.runtime.store.steps import apply_step_changes, check_fence, insert_steps, with_promotions
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
@@ -64,6 +64,7 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
     """
     if change.fence is not None:
         await check_fence(conn, change.tenant_id, change.run_id, change.fence)
+    change = await with_promotions(conn, change, at=at)
     row = await _bump_version(conn, change, at=at)
     if row is None:
         await _explain_refusal(conn, change)

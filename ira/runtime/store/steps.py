@@ -12,13 +12,15 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.commit import Fence, NewRun, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, NewRun, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.ids import new_id
+from ira.core.plan import newly_ready
 from ira.core.run import Claim, Step
-from ira.core.states import STEP_TRANSITIONS, RunState, StepState, check_step_transition
+from ira.core.states import FINISHED_STEP_STATES, STEP_TRANSITIONS, RunState, StepState, check_step_transition
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
+from ira.runtime.wakeup import step_wakeup
 
 #: Runs in these states accept new claims; WAITING/PAUSED/terminal runs hand out no work.
 CLAIMABLE_RUN_STATES = (RunState.PENDING, RunState.RUNNING)
@@ -128,6 +130,29 @@ async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence:
         raise NotFoundError(f"step {run_id}/{fence.step_id} not found")
     if epoch != fence.owner_epoch:
         raise StaleEpochError(f"step {run_id}/{fence.step_id} is at epoch {epoch}, writer has {fence.owner_epoch}")
+
+
+async def with_promotions(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> RunCommit:
+    """Add to ``change`` the BLOCKED steps it makes ready: state, event and wake-up, same commit.
+
+    Doing it inside the commit (not in a later message) means a READY step is always in SQL,
+    where the scanner can find it if its wake-up is lost.
+    """
+    finishing = {c.step_id: c.state for c in change.steps}
+    if not any(state in FINISHED_STEP_STATES for state in finishing.values()):
+        return change
+    plan = await list_steps(conn, change.tenant_id, change.run_id)
+    ready = newly_ready(plan, finishing)
+    if not ready:
+        return change
+    environment = (await conn.execute(select(runs.c.environment).where(
+        runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id))).scalar_one()
+    return change.model_copy(update={
+        "steps": (*change.steps, *(StepChange(step_id=s.step_id, state=StepState.READY) for s in ready)),
+        "events": (*change.events, *(EventDraft(type="STEP_READY", data={"step_id": s.step_id}) for s in ready)),
+        "outbox": (*change.outbox, *(step_wakeup(change.tenant_id, change.run_id, s.step_id, kind=s.kind,
+                                                 environment=environment, at=at) for s in ready)),
+    })
 
 
 async def apply_step_changes(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> None:

@@ -1,0 +1,43 @@
+# ira — `make run` starts the whole platform on this machine, `make test` runs the suite.
+# Both create .venv when it is missing and reinstall only when pyproject.toml changed.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ira-installed
+BENCH_OPS ?= 200
+PYTEST_ARGS ?=
+
+.PHONY: run test lint bench
+
+run: $(STAMP)
+	$(VENV)/bin/ira dev
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy ira
+
+# Smoke-runs every benchmark with a small workload; figures go to stdout as JSON lines.
+bench: $(STAMP)
+	@for script in bench/*.py; do \
+	  case "$$script" in */__init__.py) continue;; esac; \
+	  echo "== $$script (--ops $(BENCH_OPS))" >&2; \
+	  $(PY) "$$script" --ops $(BENCH_OPS) || exit 1; \
+	done
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "ira needs Python 3.11 or newer, but '$(PYTHON)' is: $$($(PYTHON) --version 2>&1 || echo 'not installed')." >&2; \
+	  echo "Install Python 3.11+ and run e.g.: make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; \
+	  exit 1; }
+	$(PYTHON) -m venv $(VENV) || { \
+	  echo "Could not create $(VENV); on Debian/Ubuntu install the venv module: apt-get install python3-venv" >&2; \
+	  exit 1; }
+
+# The stamp is older than pyproject.toml exactly when the dependencies may have changed.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@

@@ -1,0 +1,34 @@
+"""What triage tells the coordinator (``ira.incidents.v1``, envelope type ``incident.decision``).
+
+Only ``create_run`` and ``deliver`` are published; ``ignore`` stays in triage's evaluations.
+The coordinator is idempotent on ``evaluation_id`` (C1 runs are keyed by it).
+"""
+
+from __future__ import annotations
+
+from pydantic import AwareDatetime, Field
+
+from ira.core.alert import AlertEvent, DecisionKind
+from ira.core.model import Model
+
+DECISION_MESSAGE = "incident.decision"
+
+
+class IncidentDecision(Model):
+    """A decision about one incident, with the alert that caused it."""
+
+    evaluation_id: str
+    decision: DecisionKind
+    tenant_id: str
+    incident_id: str
+    incident_version: int
+    """Approvals bind to this: a new alert in the incident makes an old approval stale."""
+    group_key: str
+    service: str | None = None
+    environment: str | None = None
+    severity: str
+    title: str
+    alert: AlertEvent
+    opened_at: AwareDatetime
+    reason: str
+    basis: dict[str, object] = Field(default_factory=dict)

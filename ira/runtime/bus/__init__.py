@@ -1,0 +1,14 @@
+"""The Kafka bus: topic admin, the shared producer and the consumer runner every role uses.
+
+Kafka is a wake-up and transport, never the authority (DESIGN.md §4): producers publish after
+the state they announce is committed (outbox), consumers apply each message at most once by
+remembering its ``message_id`` in the inbox in the same transaction as the effect, and commit
+the offset only afterwards. Poison goes to the DLQ instead of blocking a partition. aiokafka
+errors are translated to :class:`~ira.core.errors.BrokerUnavailableError` at this seam.
+
+* ``admin``     ensure_topics / missing_topics / topics_exist
+* ``producer``  BusProducer (publish, publish_many, publish_raw)
+* ``consumer``  ConsumerRunner, ConsumerSettings, InboxHandler, PlainHandler
+* ``record``    RecordMeta, Outcome, ConsumerStats, the retry / drop / dead-letter decision
+* ``tracing``   traceparent in and out of Kafka headers
+"""

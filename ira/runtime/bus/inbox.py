@@ -1,0 +1,77 @@
+"""Applying envelopes together with their inbox rows: one transaction, one or many records.
+
+Each inbox row is written with ``INSERT .. ON CONFLICT DO NOTHING RETURNING``: a duplicate
+shows up as a row not returned instead of an IntegrityError, so no savepoint is needed
+(PostgreSQL aborts a transaction on any error; a savepoint per record costs two extra round
+trips) and a whole batch needs a single statement. That is what makes one transaction per
+fetched batch cheap enough for ~1,000 events/s on one consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.clock import Clock
+from ira.core.envelope import Envelope
+from ira.runtime.bus.record import InboxHandler, Outcome, RecordMeta
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import inbox
+
+InboxKey = tuple[str, str]
+"""(tenant_id, message_id)"""
+
+
+async def record_inbox_many(
+    conn: AsyncConnection, *, consumer: str, keys: Sequence[InboxKey], at: datetime
+) -> set[InboxKey]:
+    """Remember ``keys`` for ``consumer`` in the caller's transaction; return the new ones.
+
+    Keys already known (or repeated within ``keys``) are not returned: those are duplicates.
+    """
+    if not keys:
+        return set()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    rows = [{"tenant_id": t, "consumer": consumer, "message_id": m, "received_at": at} for t, m in dict.fromkeys(keys)]
+    result = await conn.execute(
+        dialect.insert(inbox).values(rows).on_conflict_do_nothing()
+        .returning(inbox.c.tenant_id, inbox.c.message_id)
+    )
+    return {(row.tenant_id, row.message_id) for row in result}
+
+
+class InboxApplier:
+    """Runs an :class:`InboxHandler` for records whose inbox row is new, in one transaction."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        consumer: str,
+        handler: InboxHandler,
+        clock: Clock,
+        span: Callable[[Envelope, RecordMeta], AbstractContextManager[Any]],
+    ) -> None:
+        self._db, self._consumer, self._handler = db, consumer, handler
+        self._clock, self._span = clock, span
+
+    async def apply(self, items: Sequence[tuple[Envelope, RecordMeta]]) -> list[Outcome]:
+        """All of ``items`` or nothing: any exception rolls the whole transaction back."""
+        async with self._db.transaction() as conn:
+            keys = [(envelope.tenant_id, envelope.message_id) for envelope, _ in items]
+            fresh = await record_inbox_many(conn, consumer=self._consumer, keys=keys, at=self._clock.now())
+            outcomes = []
+            for key, (envelope, meta) in zip(keys, items, strict=True):
+                if key not in fresh:
+                    outcomes.append(Outcome.DUPLICATE)
+                    continue
+                fresh.discard(key)  # a second copy inside the same batch is a duplicate too
+                with self._span(envelope, meta):
+                    await self._handler(conn, envelope, meta)
+                outcomes.append(Outcome.PROCESSED)
+            return outcomes

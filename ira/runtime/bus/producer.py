@@ -1,0 +1,163 @@
+"""The producer every role shares: acks from all in-sync replicas, errors in ira's terms.
+
+A publish returns only after the broker acknowledged it, because callers act on that answer:
+the webhook returns 202 only for an acknowledged alert, the relay marks a row sent only
+after its ack. Any failure becomes :class:`BrokerUnavailableError` (a TransientError), so
+callers never import aiokafka. Request timeouts are short on purpose: with the broker down
+the gateway must answer 503 within seconds, not after aiokafka's 40 s default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from ira.core.commit import OutboxMessage
+from ira.core.envelope import Envelope
+from ira.core.errors import BrokerUnavailableError
+from ira.runtime.bus import tracing
+from ira.runtime.store.outbox import message_headers
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where the broker stored a record."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def kafka_headers(headers: Mapping[str, str]) -> list[tuple[str, bytes]]:
+    """aiokafka's header shape: a list of ``(str, bytes)`` pairs."""
+    return [(key, value.encode()) for key, value in headers.items()]
+
+
+def _envelope_headers(topic: str, key: str, envelope: Envelope, extra: Mapping[str, str] | None):
+    """DESIGN.md §5 headers; the current trace when the envelope carries none."""
+    pairs = kafka_headers({**message_headers(OutboxMessage(topic=topic, key=key, envelope=envelope)),
+                           **(extra or {})})
+    if not any(name == tracing.TRACEPARENT for name, _ in pairs):
+        tracing.inject(pairs)
+    return pairs
+
+
+class BusProducer:
+    """One Kafka producer per process; ``start()`` before publishing, ``stop()`` at shutdown.
+
+    ``enable_idempotence`` must stay False on the embedded broker (Tansu rejects
+    InitProducerId v0); receivers dedupe by ``message_id`` anyway.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        enable_idempotence: bool = False,
+        request_timeout: timedelta = timedelta(seconds=5),
+        linger: timedelta = timedelta(0),
+        client_id: str = "ira",
+    ) -> None:
+        self.bootstrap = bootstrap
+        self._enable_idempotence = enable_idempotence
+        self._timeout = request_timeout
+        self._linger = linger
+        self._client_id = client_id
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        """Connect (fetch cluster metadata); BrokerUnavailableError if the broker is down."""
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, client_id=self._client_id, acks="all",
+            enable_idempotence=self._enable_idempotence, linger_ms=int(self._linger.total_seconds() * 1000),
+            request_timeout_ms=int(self._timeout.total_seconds() * 1000),
+        )
+        try:
+            async with self._translated("connect"):
+                await producer.start()
+        except BrokerUnavailableError:
+            await producer.stop()
+            raise
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Flush what is pending and disconnect."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def publish(
+        self, topic: str, key: str, envelope: Envelope, *, headers: Mapping[str, str] | None = None
+    ) -> Published:
+        """Send one envelope and wait for the broker's acknowledgement."""
+        return await self.publish_raw(topic, key, envelope.to_bytes(),
+                                      _envelope_headers(topic, key, envelope, headers))
+
+    async def publish_many(self, messages: Sequence[OutboxMessage]) -> list[Published]:
+        """Send all, then wait for all acks: one round of batching instead of N round trips.
+
+        If any fails the whole call raises; the ones that succeeded may be sent again by the
+        caller's retry, which receivers drop by ``message_id``.
+        """
+        async with self._translated(f"{len(messages)} messages"):
+            pending = [await self._send(m.topic, m.key, m.envelope.to_bytes(),
+                                        _envelope_headers(m.topic, m.key, m.envelope, None))
+                       for m in messages]
+            results = await asyncio.gather(*pending, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise BrokerUnavailableError(f"{len(failures)} of {len(messages)} not acknowledged: "
+                                         f"{type(failures[0]).__name__}: {failures[0]}") from failures[0]
+        return [Published(r.topic, r.partition, r.offset) for r in results]  # type: ignore[union-attr]
+
+    async def publish_raw(
+        self,
+        topic: str,
+        key: str | bytes | None,
+        value: bytes,
+        headers: Mapping[str, str] | Sequence[tuple[str, bytes]],
+    ) -> Published:
+        """Send bytes as they are (the outbox relay's stored rows, dead letters)."""
+        pairs = kafka_headers(headers) if isinstance(headers, Mapping) else list(headers)
+        async with self._translated(topic):
+            ack = await self._send(topic, key, value, pairs)
+            meta = await ack
+        return Published(meta.topic, meta.partition, meta.offset)
+
+    async def _send(
+        self, topic: str, key: str | bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> asyncio.Future[Any]:
+        """Queue one record; the returned future resolves with its RecordMetadata."""
+        if self._producer is None:
+            raise BrokerUnavailableError("producer is not started")
+        raw_key = key.encode() if isinstance(key, str) else key
+        return await self._producer.send(topic, value=value, key=raw_key, headers=headers)
+
+    @asynccontextmanager
+    async def _translated(self, what: str) -> AsyncIterator[None]:
+        """Bound the wait and turn aiokafka's errors into BrokerUnavailableError."""
+        try:
+            async with asyncio.timeout(self._timeout.total_seconds() * 2):
+                yield
+        except (KafkaError, OSError, TimeoutError) as exc:
+            raise BrokerUnavailableError(
+                f"kafka at {self.bootstrap} ({what}): {type(exc).__name__}: {exc}",
+                retry_after=timedelta(seconds=1),
+            ) from exc
+
+    async def __aenter__(self) -> BusProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

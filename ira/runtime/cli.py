@@ -1,0 +1,101 @@
+"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``.
+
+The composition root: it reads the environment and the config file, builds one Platform and
+hands it to the roles. Every command exits non-zero with a message naming the config key
+when the configuration is invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from ira.core.errors import ConfigError
+from ira.runtime.settings import DEFAULT_CONFIG_FILE, Settings, load_settings, render_config_template
+
+app = typer.Typer(help="ira: alerts in, durable investigations, approved tickets out.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+
+def say(message: str) -> None:
+    """Progress for people, on stdout (logs go to stderr as JSON)."""
+    print(message, flush=True)
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings(os.environ)
+    except ConfigError as exc:
+        _config_exit(exc)
+
+
+def _config_exit(exc: ConfigError) -> NoReturn:
+    print(f"ira: invalid config: {exc.key}: {exc.message}", file=sys.stderr)
+    raise typer.Exit(2) from exc
+
+
+def run(coro: Coroutine[Any, Any, int | None]) -> NoReturn:
+    """Run a command's coroutine; a config problem found late still exits 2 with the key."""
+    try:
+        code = asyncio.run(coro)
+    except ConfigError as exc:
+        _config_exit(exc)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def dev(live: Annotated[bool, typer.Option(help="Also start the live demo (needs prometheus/alertmanager).")]
+        = False) -> None:
+    """Everything in one process on the embedded stack (Tansu broker, Redis, SQLite)."""
+    from ira.runtime.process import run_dev
+
+    run(run_dev(settings_or_exit(), say=say, live=live))
+
+
+@app.command()
+def worker(role: Annotated[str, typer.Option(help="gateway, or a role from `ira doctor` (relay, scanner, ...).")]
+           ) -> None:
+    """Run one role against external Kafka, Redis and the database (scale-out)."""
+    from ira.runtime.process import run_worker
+
+    run(run_worker(settings_or_exit(), role, say=say))
+
+
+@app.command()
+def init(path: Annotated[Path, typer.Option(help="Where to write the config.")] = Path(DEFAULT_CONFIG_FILE),
+         force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False) -> None:
+    """Write a commented ira.yaml with the development defaults."""
+    if path.exists() and not force:
+        print(f"ira: {path} exists; pass --force to overwrite", file=sys.stderr)
+        raise typer.Exit(1)
+    path.write_text(render_config_template())
+    say(f"wrote {path}: edit it, then `ira dev` (or set IRA_CONFIG={path})")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every pending migration to IRA_DATABASE_URL (or the dev SQLite file)."""
+    from ira.runtime.process import upgrade_database
+
+    run(upgrade_database(settings_or_exit(), say=say))
+
+
+@app.command()
+def doctor() -> None:
+    """Say what is configured and what is reachable; exit 1 if something is not."""
+    from ira.runtime.process import run_doctor
+
+    run(run_doctor(settings_or_exit(), say=say))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,208 @@
+"""The HTTP app every ira process serves: health, readiness, metrics, and the roles' routes.
+
+Every error a client can see has one machine-readable shape (DESIGN.md §6)::
+
+    {"errors": [{"code": "...", "message": "...", "field": "body.alerts.0.labels" | null}]}
+
+Bad input is a 4xx, never a 500: request validation -> 422 with one entry per problem, ira's
+own errors -> a status by class (NotFoundError -> 404, a lost compare-and-set -> 409, a
+broker that is down -> 503 + Retry-After). Anything unexpected is logged once and answered
+with a bare ``internal`` 500 that leaks nothing.
+
+``create_app`` takes ready dependencies, not a Platform, so tests build an app against a
+real database and Redis without standing up the whole process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ira.core.errors import (
+    ArtifactTooLargeError,
+    BudgetExhaustedError,
+    ConcurrentUpdateError,
+    ConnectorRejectedError,
+    DomainError,
+    DuplicateMessageError,
+    IllegalTransitionError,
+    InvalidMessageError,
+    NotFoundError,
+    PlatformError,
+    TransientError,
+)
+from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
+from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
+
+logger = logging.getLogger(__name__)
+
+ERROR_STATUSES: Mapping[type[PlatformError], int] = {
+    NotFoundError: 404,
+    IllegalTransitionError: 409,
+    BudgetExhaustedError: 409,
+    ArtifactTooLargeError: 413,
+    InvalidMessageError: 422,
+    DomainError: 400,
+    ConcurrentUpdateError: 409,
+    DuplicateMessageError: 409,
+    ConnectorRejectedError: 502,
+    TransientError: 503,
+}
+"""HTTP status per error class; the nearest class in the MRO wins. Others (ConfigError) are 500."""
+
+UNTRACED_PATHS = "healthz,readyz,metrics"
+
+
+def error_entry(code: str, message: str, field: str | None = None) -> dict[str, str | None]:
+    return {"code": code, "message": message, "field": field}
+
+
+def error_response(
+    status: int, code: str, message: str, *, field: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The one error shape, for routes that answer an error without raising (413, 429...)."""
+    return JSONResponse({"errors": [error_entry(code, message, field)]}, status_code=status, headers=headers)
+
+
+def create_app(
+    *,
+    metrics: Metrics,
+    routers: Sequence[APIRouter] = (),
+    readiness_checks: Mapping[str, ReadinessCheck] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    check_timeout: timedelta = DEFAULT_CHECK_TIMEOUT,
+    error_statuses: Mapping[type[PlatformError], int] | None = None,
+    title: str = "ira",
+) -> FastAPI:
+    """The app: ``/healthz``, ``/readyz``, ``/metrics``, the given routers and error handlers.
+
+    ``error_statuses`` adds or overrides statuses for a package's own error classes.
+    With ``tracer_provider`` every request except health and metrics gets a server span.
+    """
+    app = FastAPI(title=title)
+    app.include_router(_operations_router(metrics, dict(readiness_checks or {}), check_timeout))
+    for router in routers:
+        app.include_router(router)
+    _install_error_handlers(app, {**ERROR_STATUSES, **(error_statuses or {})})
+    app.add_middleware(_InternalErrorMiddleware)
+    if tracer_provider is not None:
+        FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, excluded_urls=UNTRACED_PATHS)
+    return app
+
+
+def _operations_router(metrics: Metrics, checks: dict[str, ReadinessCheck], timeout: timedelta) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process is alive (says nothing about its dependencies)."""
+        return {"status": "ok"}
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """200 when every dependency answers; 503 naming each one that does not, and why."""
+        failing = await run_checks(checks, timeout=timeout)
+        if failing:
+            return JSONResponse({"status": "not_ready", "failing": failing}, status_code=503)
+        return JSONResponse({"status": "ready", "checked": sorted(checks)})
+
+    @router.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        """Prometheus text exposition of this process's metrics."""
+        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    return router
+
+
+def _install_error_handlers(app: FastAPI, statuses: Mapping[type[PlatformError], int]) -> None:
+    async def on_request_invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError | ValidationError)
+        return _validation_response(exc.errors())
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse(
+            {"errors": _http_entries(exc.status_code, exc.detail)}, status_code=exc.status_code, headers=exc.headers
+        )
+
+    async def on_platform(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, PlatformError)
+        return _platform_response(request, exc, statuses)
+
+    app.add_exception_handler(RequestValidationError, on_request_invalid)
+    # A route that validates a body by hand (model_validate) still answers 422, not 500.
+    app.add_exception_handler(ValidationError, on_request_invalid)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(PlatformError, on_platform)
+
+
+def _validation_response(errors: Sequence[Any]) -> JSONResponse:
+    entries = [error_entry(e["type"], e["msg"], ".".join(str(p) for p in e["loc"]) or None) for e in errors]
+    return JSONResponse({"errors": entries}, status_code=422)
+
+
+def _http_entries(status: int, detail: Any) -> list[dict[str, Any]]:
+    """Routes may raise HTTPException with a plain message or with ready error entries."""
+    if isinstance(detail, dict) and "code" in detail:
+        detail = [detail]
+    if isinstance(detail, list) and all(isinstance(d, dict) and "code" in d for d in detail):
+        return [error_entry(d["code"], str(d.get("message", "")), d.get("field")) for d in detail]
+    code = HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    return [error_entry(code, str(detail))]
+
+
+def _platform_response(
+    request: Request, exc: PlatformError, statuses: Mapping[type[PlatformError], int]
+) -> JSONResponse:
+    status = next((statuses[c] for c in type(exc).__mro__ if c in statuses), 500)
+    if status == 500:
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal", "internal error")
+    headers = {}
+    if status == 503:
+        retry_after = getattr(exc, "retry_after", None) or timedelta(seconds=1)
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after.total_seconds())))
+        logger.warning("%s %s unavailable: %s", request.method, request.url.path, exc.message)
+    return error_response(status, exc.code, exc.message, headers=headers)
+
+
+class _InternalErrorMiddleware:
+    """Turns an unhandled exception into the ``internal`` 500, logged exactly once.
+
+    Pure ASGI (not BaseHTTPMiddleware) so streaming responses such as SSE pass untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise  # too late for a clean error body; let the server drop the connection
+            await error_response(500, "internal", "internal error")(scope, receive, send)

@@ -1,0 +1,128 @@
+"""JSON logs: one object per line, carrying the ids that tie a line to a run and a trace.
+
+Why context variables: a coroutine working on one step says once
+``with log_context(tenant_id=..., run_id=..., step_id=...)`` and every line logged beneath it,
+from any module, carries those ids; no logger adapters are threaded through call chains.
+The trace and span ids come from the current OpenTelemetry span the same way.
+
+Why a filter on the handler: secrets must never reach a log (DESIGN.md §9). The filter
+replaces every configured secret value in the message, the exception text and string
+extras before any formatter sees the record; ``SecretStr`` values already print as stars.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, TextIO
+
+from opentelemetry import trace
+
+HANDLER_NAME = "ira-json"
+MASK = "***"
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_context: ContextVar[Mapping[str, str]] = ContextVar("ira_log_context", default=_EMPTY)
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+@contextmanager
+def log_context(
+    *, tenant_id: str | None = None, run_id: str | None = None, step_id: str | None = None
+) -> Iterator[None]:
+    """Add ids to every log line written inside the block (nested blocks add to outer ones)."""
+    given = {"tenant_id": tenant_id, "run_id": run_id, "step_id": step_id}
+    token = _context.set({**_context.get(), **{k: v for k, v in given.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def current_log_context() -> Mapping[str, str]:
+    """The ids the current task logs with (for handing on to a thread, or for a test)."""
+    return dict(_context.get())
+
+
+class SecretFilter(logging.Filter):
+    """Replaces known secret values in a record, so no handler can write them."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        # Longest first: a secret that contains another is masked whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.mask(record.getMessage()), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.mask(record.exc_text)
+        for key, value in _extras(record).items():
+            if isinstance(value, str):
+                setattr(record, key, self.mask(value))
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: timestamp, level, logger, message, context ids, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(_context.get())
+        line.update(_trace_ids())
+        line.update(_extras(record))
+        if record.exc_info or record.exc_text:
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+def configure_logging(
+    level: str | int = "INFO", *, secrets: Iterable[str] = (), stream: TextIO | None = None
+) -> logging.Handler:
+    """Send every log record to ``stream`` (stderr) as JSON, masking ``secrets``.
+
+    Replaces a handler installed by an earlier call but leaves foreign handlers (pytest's
+    capture, for one) alone. Returns the handler so a caller can remove it again.
+    """
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.set_name(HANDLER_NAME)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(SecretFilter(secrets))
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+def _trace_ids() -> dict[str, str]:
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    """Fields passed with ``extra={...}``: whatever the record has beyond the standard ones."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}

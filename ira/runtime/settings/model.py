@@ -1,0 +1,241 @@
+"""The shape of ira's configuration: frozen pydantic sections, validated as a whole.
+
+Every section forbids unknown keys, so a typo in ``ira.yaml`` is an error naming the key
+instead of a setting silently ignored. Secrets are ``SecretStr`` so they never print.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from sqlalchemy.engine import make_url
+
+from ira.core.alert import SourceKind
+from ira.runtime.store.database import normalize_url
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+
+
+def _parse_duration(value: Any) -> Any:
+    """People write ``15m``; anything else goes on to pydantic (seconds, ISO 8601)."""
+    if isinstance(value, str) and (match := _DURATION.match(value)):
+        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_parse_duration), Field(gt=timedelta(0))]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class AccessRole(StrEnum):
+    """What a principal may do: approvers decide approvals, viewers only read."""
+
+    ADMIN = "admin"
+    APPROVER = "approver"
+    VIEWER = "viewer"
+
+
+class Grant(_Section):
+    """What a credential entitles its holder to: a principal name and roles."""
+
+    principal: str = Field(min_length=1)
+    roles: frozenset[AccessRole]
+
+
+class ApiToken(Grant):
+    """A bearer token for ``/v1/*`` and the dashboard."""
+
+    token: SecretStr = Field(min_length=8)
+
+
+class SlackApprover(Grant):
+    """A Slack user whose button clicks count as decisions of ``principal``."""
+
+    slack_user: str = Field(min_length=1)
+
+
+class HttpSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+
+
+class KafkaSettings(_Section):
+    partitions: int = Field(default=3, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    session_timeout: Duration = timedelta(seconds=10)
+    enable_idempotence: bool = False
+    """Off by default: the embedded broker (Tansu) has no idempotent producer."""
+
+
+class SourceSettings(_Section):
+    """One sender of alerts, authenticated by a bearer token or an HMAC secret."""
+
+    id: str = Field(pattern=_NAME)
+    kind: SourceKind
+    tenant: str = Field(pattern=_NAME)
+    """Defaults to the top-level ``tenant``."""
+    bearer_token: SecretStr | None = None
+    hmac_secret: SecretStr | None = None
+    default_environment: str | None = None
+    """Used for alerts that carry no environment label."""
+    rate_limit_per_second: float = Field(default=100.0, gt=0)
+    dedupe_window: Duration = timedelta(minutes=15)
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> SourceSettings:
+        if (self.bearer_token is None) == (self.hmac_secret is None):
+            raise ValueError("set exactly one of bearer_token or hmac_secret")
+        return self
+
+
+class SlackSettings(_Section):
+    bot_token: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    api_url: str = "https://slack.com/api/"
+    channel: str = "#incidents"
+    approvers: tuple[SlackApprover, ...] = ()
+
+
+class RuntimeTuning(_Section):
+    """Knobs of the shared machinery (relay, scanner, leases); defaults suit one machine."""
+
+    relay_batch_size: int = Field(default=100, ge=1, le=10_000)
+    relay_poll_interval: Duration = timedelta(milliseconds=200)
+    outbox_claim_lease: Duration = timedelta(seconds=30)
+    scanner_interval: Duration = timedelta(seconds=5)
+    step_lease: Duration = timedelta(seconds=30)
+
+
+class Settings(_Section):
+    """The whole configuration of one ira process."""
+
+    tenant: str = Field(default="demo", pattern=_NAME)
+    environment: Literal["prod", "staging"] = "prod"
+    data_dir: Path = Path(".ira")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    http: HttpSettings = HttpSettings()
+    database_url: str
+    """Defaults to ``sqlite:///<data_dir>/ira.db``."""
+    redis_url: str | None = None
+    """None: ``ira dev`` starts an embedded Redis under ``data_dir``."""
+    kafka_bootstrap: str | None = None
+    """None: ``ira dev`` starts the embedded Tansu broker."""
+    kafka: KafkaSettings = KafkaSettings()
+    sources: tuple[SourceSettings, ...] = ()
+    api_tokens: tuple[ApiToken, ...] = ()
+    slack: SlackSettings = SlackSettings()
+    approval_expiry: Duration = timedelta(minutes=30)
+    otel_endpoint: str | None = None
+    artifact_max_bytes: int = Field(default=1024 * 1024, ge=1)
+    runtime: RuntimeTuning = RuntimeTuning()
+    faults: frozenset[str] = frozenset()
+    """Test-only fault points, armed by name (``IRA_FAULTS=a,b``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        """Fill what depends on other keys: the SQLite path, each source's tenant."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("database_url") is None:
+            data_dir = Path(str(data.get("data_dir", cls.model_fields["data_dir"].default)))
+            data["database_url"] = f"sqlite:///{data_dir / 'ira.db'}"
+        tenant = data.get("tenant", cls.model_fields["tenant"].default)
+        if isinstance(data.get("sources"), list):
+            data["sources"] = [{"tenant": tenant, **s} if isinstance(s, dict) else s for s in data["sources"]]
+        return data
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        normalize_url(value)  # raises ValueError naming what is unsupported
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str | None) -> str | None:
+        servers = value.split(",") if value is not None else []
+        for server in (s.strip() for s in servers):
+            host, _, port = server.rpartition(":")
+            if not (host and port.isdigit()):
+                raise ValueError(f"expected host:port[,host:port...], got {server!r}")
+        return value
+
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _otel(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        return value
+
+    @field_validator("sources", "api_tokens")
+    @classmethod
+    def _unique(cls, entries: tuple[Any, ...]) -> tuple[Any, ...]:
+        keys = [e.id if isinstance(e, SourceSettings) else e.token.get_secret_value() for e in entries]
+        if len(set(keys)) != len(keys):
+            raise ValueError("entries must be unique (source id / token appears twice)")
+        return entries
+
+    def source(self, source_id: str) -> SourceSettings | None:
+        return next((s for s in self.sources if s.id == source_id), None)
+
+    def grant_for_api_token(self, token: str) -> ApiToken | None:
+        """Compares every token in constant time, so timing never reveals a near match."""
+        found = None
+        for entry in self.api_tokens:
+            if hmac.compare_digest(entry.token.get_secret_value().encode(), token.encode()):
+                found = entry
+        return found
+
+    def slack_approver(self, slack_user: str) -> SlackApprover | None:
+        return next((a for a in self.slack.approvers if a.slack_user == slack_user), None)
+
+    def secret_values(self) -> frozenset[str]:
+        """Every secret in the configuration, for the log filter that masks them."""
+        found = {s.get_secret_value() for s in _secrets(self)}
+        found |= {make_url(self.database_url).password or ""}
+        return frozenset(s for s in found if s)
+
+
+def _secrets(value: Any) -> Iterator[SecretStr]:
+    if isinstance(value, SecretStr):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _secrets(getattr(value, name))
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _secrets(item)

@@ -1,0 +1,90 @@
+"""Traces and metrics: what an operator needs to see whether ira keeps up.
+
+Tracing follows OpenTelemetry: one ``TracerProvider`` per process, exporting over OTLP/HTTP
+only when ``otel_endpoint`` is configured (so ``ira dev`` on a laptop sends nothing anywhere).
+aiokafka is instrumented so a produce carries ``traceparent`` in the message headers and a
+consume continues that trace; the FastAPI app is instrumented in :mod:`ira.runtime.http`.
+
+Metrics live in a :class:`Metrics` object with its *own* registry rather than
+prometheus_client's global one, so two apps in one test process never share counters and a
+role can add its own metrics with ``metrics.registry``.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+from ira.runtime.settings import Settings
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def setup_tracing(settings: Settings, *, service_name: str = "ira", install: bool = True) -> TracerProvider:
+    """Build this process's tracer provider and instrument aiokafka with it.
+
+    ``install`` makes it the global provider that ``trace.get_tracer`` hands out, which only
+    the first call in a process can do; tests pass ``install=False``. aiokafka's classes are
+    patched once per process, so later calls leave that instrumentation as it is.
+    """
+    resource = Resource.create(
+        {SERVICE_NAME: service_name, "deployment.environment": settings.environment, "ira.tenant": settings.tenant}
+    )
+    provider = TracerProvider(resource=resource)
+    if settings.otel_endpoint:
+        exporter = OTLPSpanExporter(endpoint=f"{settings.otel_endpoint.rstrip('/')}/v1/traces")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    if install:
+        trace.set_tracer_provider(provider)
+    instrumentor = AIOKafkaInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(tracer_provider=provider)
+    return provider
+
+
+def shutdown_tracing(provider: TracerProvider) -> None:
+    """Flush buffered spans and undo the aiokafka instrumentation (end of process or test)."""
+    instrumentor = AIOKafkaInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+    provider.shutdown()
+
+
+class Metrics:
+    """The platform's Prometheus metrics on a registry of their own.
+
+    The shared machinery updates these; a role that needs more creates them on
+    ``self.registry`` (``Counter("ira_x_total", "...", registry=metrics.registry)``).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.outbox_oldest_unsent_age = Gauge(
+            "ira_outbox_oldest_unsent_age_seconds", "Age of the oldest outbox row not yet published", registry=r
+        )
+        self.consumer_lag = Gauge(
+            "ira_consumer_lag_messages", "Messages behind the partition's end",
+            ["consumer", "topic", "partition"], registry=r,
+        )
+        self.dlq = Counter("ira_dlq_messages", "Messages sent to the DLQ", ["consumer", "reason"], registry=r)
+        self.claims = Counter("ira_step_claims", "Step claims by outcome (won/lost)", ["result"], registry=r)
+        self.conflicts = Counter(
+            "ira_conflicts", "Compare-and-set conflicts by kind (state, epoch, ...)", ["kind"], registry=r
+        )
+        self.messages_handled = Counter(
+            "ira_messages_handled", "Messages whose handler committed", ["consumer"], registry=r
+        )
+        self.messages_duplicate = Counter(
+            "ira_messages_duplicate", "Messages dropped by the inbox as already applied", ["consumer"], registry=r
+        )
+        self.relay_published = Counter("ira_relay_published", "Outbox rows published by the relay", registry=r)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format, for ``GET /metrics``."""
+        return generate_latest(self.registry)

@@ -1,0 +1,405 @@
+"""The Kafka bus against the real embedded broker (Tansu) and a real SQLite database.
+
+Every test has its own topics (``bus_env``) and consumer group; nothing waits by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
+from ira.core.errors import (
+    BrokerUnavailableError,
+    ConcurrentUpdateError,
+    DuplicateMessageError,
+    IllegalTransitionError,
+    InvalidMessageError,
+    StaleEpochError,
+)
+from ira.core.ids import new_event_id
+from ira.infra.tansu import BrokerStartError, EmbeddedKafka
+from ira.runtime.bus.admin import ensure_topics, missing_topics, topic_names, topics_exist
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import Disposition, InboxHandler, PlainHandler, RecordMeta, disposition
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import inbox
+from tests.eventually import eventually
+from tests.kafka_fixtures import unique_environment
+from tests.store_fixtures import open_database, postgres_test_url
+
+KEY = "acme:fp-1"
+CONSUMER = "bus-test"
+FAST = ConsumerSettings(session_timeout=timedelta(seconds=2), fetch_wait=timedelta(milliseconds=100),
+                        retry_backoff=timedelta(milliseconds=10))
+
+effects_metadata = MetaData()
+effects = Table(
+    "bus_test_effects", effects_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(64), nullable=False),  # not unique: a double apply would show
+)
+
+
+@pytest.fixture
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated SQLite database (or PostgreSQL schema, by indirect parameter) with the effects table."""
+    database, schema = await open_database(getattr(request, "param", "sqlite"), tmp_path)
+    async with database.transaction() as conn:
+        await conn.run_sync(effects_metadata.create_all)
+    yield database
+    await database.close()
+    if schema:
+        conn = await asyncpg.connect(postgres_test_url())
+        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.fixture
+async def producer(kafka: EmbeddedKafka) -> AsyncIterator[BusProducer]:
+    async with BusProducer(kafka.bootstrap, request_timeout=timedelta(seconds=2)) as bus_producer:
+        yield bus_producer
+
+
+def envelope(**payload: object) -> Envelope:
+    return Envelope(message_id=new_event_id(), type="test.event", tenant_id="acme",
+                    occurred_at=datetime.now(UTC), payload=payload)
+
+
+def runner(
+    bus_env: str, kafka: EmbeddedKafka, producer: BusProducer, handler: InboxHandler | PlainHandler, *,
+    db: Database | None = None, batch_size: int = 1, tracer: Tracer | None = None,
+) -> ConsumerRunner:
+    """A consumer of this test's alerts topic, in a consumer group of its own."""
+    return ConsumerRunner(
+        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handler,
+        topics=[topic_name(Topic.ALERTS, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env),
+        db=db, inbox=db is not None, settings=replace(FAST, batch_size=batch_size), tracer=tracer,
+    )
+
+
+@asynccontextmanager
+async def running(consumer: ConsumerRunner) -> AsyncIterator[asyncio.Event]:
+    """Run the consumer in the background; on exit stop it and wait until it left its group."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+
+
+async def recording_handler(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+    """Writes the effect first, so a refusal after it proves the transaction rolled back."""
+    await conn.execute(insert(effects).values(message_id=env.message_id))
+    if env.payload.get("refuse"):
+        raise IllegalTransitionError("incident", "resolved", "firing")
+
+
+async def applied(db: Database) -> list[str]:
+    async with db.reader() as conn:
+        return list((await conn.execute(select(effects.c.message_id).order_by(effects.c.id))).scalars())
+
+
+async def inbox_ids(db: Database) -> set[str]:
+    async with db.reader() as conn:
+        return set((await conn.execute(select(inbox.c.message_id).where(inbox.c.consumer == CONSUMER))).scalars())
+
+
+async def read_topic(kafka: EmbeddedKafka, topic: str, count: int) -> list[ConsumerRecord[bytes, bytes]]:
+    """The first ``count`` records of ``topic`` (all partitions), without a consumer group."""
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+    await reader.start()
+    try:
+        reader.assign([TopicPartition(topic, p) for p in reader.partitions_for_topic(topic) or ()])
+        await reader.seek_to_beginning()
+        records: list[ConsumerRecord[bytes, bytes]] = []
+        deadline = time.monotonic() + 10
+        while len(records) < count and time.monotonic() < deadline:
+            for batch in (await reader.getmany(timeout_ms=200)).values():
+                records.extend(batch)
+        return records
+    finally:
+        await reader.stop()
+
+
+async def committed_offset(kafka: EmbeddedKafka, group_id: str, tp: TopicPartition) -> int | None:
+    """What ``group_id`` committed for ``tp``, read without joining the group."""
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group_id, enable_auto_commit=False)
+    await reader.start()
+    try:
+        reader.assign([tp])
+        return await reader.committed(tp)
+    finally:
+        await reader.stop()
+
+
+# --- topics -------------------------------------------------------------------------------
+
+
+async def test_ensure_topics_is_idempotent_and_prefixes_staging(kafka: EmbeddedKafka) -> None:
+    first = await ensure_topics(kafka.bootstrap, "staging")
+    again = await ensure_topics(kafka.bootstrap, "staging")
+
+    assert first == again == [f"staging.{t.value}" for t in Topic]
+    assert await topics_exist(kafka.bootstrap, "staging")
+    assert topic_names("prod") == [t.value for t in Topic]
+
+
+async def test_checking_topics_never_creates_them(kafka: EmbeddedKafka) -> None:
+    fresh = unique_environment()
+
+    assert await missing_topics(kafka.bootstrap, fresh) == topic_names(fresh)
+    assert await missing_topics(kafka.bootstrap, fresh) == topic_names(fresh)  # Tansu auto-creates on describe
+    assert not await topics_exist(kafka.bootstrap, fresh)
+
+
+# --- poison, duplicates, offsets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+async def test_poison_goes_to_the_dlq_and_the_partition_keeps_flowing(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database, batch_size: int
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    refused, good = envelope(refuse=True), envelope()
+    sent = [
+        await producer.publish_raw(topic, KEY, b"not json", {}),
+        await producer.publish_raw(topic, KEY, b'{"message_id": "m-bad", "type": "x"}', {"tenant_id": "acme"}),
+        await producer.publish(topic, KEY, refused),
+        await producer.publish(topic, KEY, good),
+    ]
+    consumer = runner(bus_env, kafka, producer, recording_handler, db=db,
+                      batch_size=batch_size)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 1 and consumer.stats.dead_lettered == 3)
+
+    assert await applied(db) == [good.message_id]  # the refused handler's write was rolled back
+    assert await inbox_ids(db) == {good.message_id}
+    letters = [DeadLetter.model_validate_json(r.value) for r in
+               await read_topic(kafka, topic_name(Topic.DLQ, bus_env), 3)]
+    assert [(d.original_offset, d.error_code, d.original_message_id) for d in letters] == [
+        (sent[0].offset, "invalid_message", None),
+        (sent[1].offset, "invalid_message", "m-bad"),
+        (sent[2].offset, "illegal_transition", refused.message_id),
+    ]
+    assert letters[0].original_value == "not json" and "tenant_id" in letters[1].reason
+    assert {(d.consumer, d.original_topic, d.original_partition) for d in letters} == {
+        (CONSUMER, topic, sent[0].partition)}
+    tp = TopicPartition(topic, sent[3].partition)
+    assert await committed_offset(kafka, consumer.group_id, tp) == sent[3].offset + 1
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+@pytest.mark.parametrize("batch_size", [1, 100])
+async def test_a_duplicate_message_id_is_applied_once(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database, batch_size: int
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    first, second = envelope(), envelope()
+    for env in (first, first, second, first):
+        await producer.publish(topic, KEY, env)
+    consumer = runner(bus_env, kafka, producer, recording_handler, db=db,
+                      batch_size=batch_size)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed + consumer.stats.duplicates == 4)
+
+    assert await applied(db) == [first.message_id, second.message_id]
+    assert (consumer.stats.processed, consumer.stats.duplicates) == (2, 2)
+
+
+async def test_offsets_are_committed_only_after_the_handler_and_stop_finishes_the_record(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gated(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        if env.payload.get("gate"):
+            entered.set()
+            await asyncio.wait_for(release.wait(), 10)
+        await recording_handler(conn, env, meta)
+
+    m1, m2, m3 = envelope(), envelope(gate=True), envelope()
+    sent = [await producer.publish(topic, KEY, env) for env in (m1, m2, m3)]
+    tp = TopicPartition(topic, sent[0].partition)
+    consumer = runner(bus_env, kafka, producer, gated, db=db)
+
+    async with running(consumer) as stop:
+        await eventually(entered.is_set)
+        assert await applied(db) == [m1.message_id]
+        committed = await committed_offset(kafka, consumer.group_id, tp)
+        assert committed is None or committed <= sent[1].offset  # never past the open transaction
+        stop.set()  # while m2's handler is still running
+        release.set()
+
+    assert await applied(db) == [m1.message_id, m2.message_id]  # m2 finished, m3 never started
+    assert await committed_offset(kafka, consumer.group_id, tp) == sent[1].offset + 1
+
+
+# In a batch the first failure rolls the batch back (not a retry); then it goes one by one.
+@pytest.mark.parametrize(("batch_size", "retries"), [(1, 2), (100, 1)])
+async def test_transient_errors_retry_the_same_record_in_order(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database, batch_size: int, retries: int
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    failures = {"left": 2}
+
+    async def flaky(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        if env.payload.get("flaky") and failures["left"]:
+            failures["left"] -= 1
+            raise ConcurrentUpdateError("run r1 moved on")
+        await recording_handler(conn, env, meta)
+
+    m1, m2 = envelope(flaky=True), envelope()
+    for env in (m1, m2):
+        await producer.publish(topic, KEY, env)
+    consumer = runner(bus_env, kafka, producer, flaky, db=db,
+                      batch_size=batch_size)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 2)
+
+    assert await applied(db) == [m1.message_id, m2.message_id]
+    assert (failures["left"], consumer.stats.retries, consumer.stats.dead_lettered) == (0, retries, 0)
+
+
+async def test_a_record_failing_transiently_is_never_committed_past(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+
+    async def unavailable(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        if env.payload.get("stuck"):
+            raise ConcurrentUpdateError("still busy")
+        await recording_handler(conn, env, meta)
+
+    sent = [await producer.publish(topic, KEY, env) for env in (envelope(stuck=True), envelope())]
+    consumer = runner(bus_env, kafka, producer, unavailable, db=db)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.retries >= 3)
+
+    assert await applied(db) == []  # the record behind it waits too: order is kept
+    tp = TopicPartition(topic, sent[0].partition)
+    assert await committed_offset(kafka, consumer.group_id, tp) is None
+
+
+# --- tracing, no-inbox mode -----------------------------------------------------------------
+
+
+async def test_the_handler_runs_in_the_trace_the_record_carries(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    topic = topic_name(Topic.ALERTS, bus_env)
+    explicit_trace, explicit_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    from_span, from_header = envelope(), envelope()
+    with tracer.start_as_current_span("webhook") as webhook:  # the producer injects the current span
+        await producer.publish(topic, KEY, from_span)
+    await producer.publish(topic, KEY, from_header,
+                           headers={"traceparent": f"00-{explicit_trace}-{explicit_span}-01"})
+    seen: dict[str, trace.SpanContext] = {}
+
+    async def handle(env: Envelope, meta: RecordMeta) -> None:
+        seen[env.message_id] = trace.get_current_span().get_span_context()
+
+    consumer = runner(bus_env, kafka, producer, handle, tracer=tracer)  # no db: inbox=False
+    async with running(consumer):
+        await eventually(lambda: len(seen) == 2)
+
+    assert seen[from_span.message_id].trace_id == webhook.get_span_context().trace_id
+    assert f"{seen[from_header.message_id].trace_id:032x}" == explicit_trace
+    parents = {(s.attributes or {})["messaging.message.id"]: s.parent for s in exporter.get_finished_spans()
+               if s.kind is trace.SpanKind.CONSUMER and s.parent is not None}
+    assert parents[from_span.message_id].span_id == webhook.get_span_context().span_id
+    assert f"{parents[from_header.message_id].span_id:016x}" == explicit_span
+
+
+# --- broker down, restart, launcher -------------------------------------------------------
+
+
+async def test_a_stopped_broker_answers_broker_unavailable_quickly(private_kafka: EmbeddedKafka) -> None:
+    environment = unique_environment()
+    topic = topic_name(Topic.ALERTS, environment)
+    await ensure_topics(private_kafka.bootstrap, environment)
+    async with BusProducer(private_kafka.bootstrap, request_timeout=timedelta(seconds=1)) as bus_producer:
+        await bus_producer.publish(topic, KEY, envelope())
+        await private_kafka.stop()
+
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError):
+            await bus_producer.publish(topic, KEY, envelope())
+        assert time.monotonic() - started < 5
+        with pytest.raises(BrokerUnavailableError):
+            await topics_exist(private_kafka.bootstrap, environment)
+
+
+async def test_a_restarted_broker_keeps_its_port_but_forgets_its_topics(private_kafka: EmbeddedKafka) -> None:
+    environment, bootstrap, first_pid = unique_environment(), private_kafka.bootstrap, private_kafka.pid
+    await ensure_topics(bootstrap, environment)
+
+    await private_kafka.kill()
+    await private_kafka.start()
+
+    assert (private_kafka.bootstrap, private_kafka.pid != first_pid) == (bootstrap, True)
+    assert await missing_topics(bootstrap, environment) == topic_names(environment)
+    await ensure_topics(bootstrap, environment)
+    assert await topics_exist(bootstrap, environment)
+
+
+async def test_a_broker_that_cannot_start_says_why(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = EmbeddedKafka(tmp_path, port=taken.getsockname()[1], start_timeout=timedelta(seconds=10))
+        with pytest.raises(BrokerStartError, match="tansu"):
+            await broker.start()
+    assert not broker.is_running()
+
+
+# --- what a failure means (no broker) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("error", "attempt", "expected"), [
+    (DuplicateMessageError("seen"), 0, Disposition.DROP_DUPLICATE),
+    (StaleEpochError("epoch 3 < 4"), 0, Disposition.DROP_STALE),
+    (ConcurrentUpdateError("moved"), 40, Disposition.RETRY),
+    (BrokerUnavailableError("down"), 0, Disposition.RETRY),
+    (OperationalError("SELECT 1", {}, Exception("database is locked")), 40, Disposition.RETRY),
+    (InvalidMessageError("bad"), 0, Disposition.DEAD_LETTER),
+    (IllegalTransitionError("run", "completed", "running"), 0, Disposition.DEAD_LETTER),
+    (KeyError("bug"), 0, Disposition.RETRY),
+    (KeyError("bug"), 4, Disposition.DEAD_LETTER),
+])
+def test_the_error_class_decides_what_happens_to_a_record(
+    error: BaseException, attempt: int, expected: Disposition
+) -> None:
+    assert disposition(error, attempt=attempt, max_unexpected_attempts=5) is expected
+

@@ -1,0 +1,136 @@
+"""Telemetry: JSON log lines with context ids and masked secrets, per-app metrics, OTLP export."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import Counter
+from pydantic import SecretStr
+
+from ira.runtime.logs import configure_logging, current_log_context, log_context
+from ira.runtime.settings import load_settings
+from ira.runtime.telemetry import Metrics, setup_tracing, shutdown_tracing
+from tests.eventually import eventually
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """The JSON handler writing to a buffer, with the dev secrets to mask; removed afterwards."""
+    root = logging.getLogger()
+    level, stream = root.level, io.StringIO()
+    handler = configure_logging("DEBUG", secrets=load_settings({}).secret_values(), stream=stream)
+    yield stream
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_log_line_is_json_with_the_context_ids(log_stream: io.StringIO) -> None:
+    log = logging.getLogger("ira.test")
+
+    with log_context(tenant_id="demo", run_id="run-1"), log_context(step_id="metrics"):
+        log.info("claimed %s", "step")
+    log.info("outside")
+
+    inside, outside = lines(log_stream)
+    assert inside["message"] == "claimed step"
+    assert (inside["level"], inside["logger"]) == ("INFO", "ira.test")
+    assert (inside["tenant_id"], inside["run_id"], inside["step_id"]) == ("demo", "run-1", "metrics")
+    assert str(inside["timestamp"]).endswith("+00:00")
+    assert "run_id" not in outside
+    assert current_log_context() == {}
+
+
+def test_log_line_carries_the_current_trace(log_stream: io.StringIO) -> None:
+    tracer = TracerProvider().get_tracer("test")
+
+    with tracer.start_as_current_span("work") as span:
+        logging.getLogger("ira.test").warning("inside a span")
+
+    [line] = lines(log_stream)
+    assert line["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    assert line["span_id"] == format(span.get_span_context().span_id, "016x")
+
+
+def test_secrets_are_masked_in_messages_extras_and_tracebacks(log_stream: io.StringIO) -> None:
+    log = logging.getLogger("ira.test")
+
+    log.info("auth with %s", "dev-admin-token", extra={"header": "Bearer dev-am-token"})
+    log.info("a SecretStr prints as %s", SecretStr("never-shown"))
+    try:
+        raise ValueError("bad signature for dev-generic-secret")
+    except ValueError:
+        log.exception("verification failed")
+
+    text = log_stream.getvalue()
+    for secret in ("dev-admin-token", "dev-am-token", "dev-generic-secret", "never-shown"):
+        assert secret not in text
+    first, _, failure = lines(log_stream)
+    assert (first["message"], first["header"]) == ("auth with ***", "Bearer ***")
+    assert "ValueError: bad signature for ***" in str(failure["exception"])
+
+
+def test_each_metrics_object_has_its_own_registry() -> None:
+    first, second = Metrics(), Metrics()
+    first.claims.labels(result="won").inc()
+    first.dlq.labels(consumer="triage", reason="invalid_message").inc()
+    Counter("ira_triage_incidents", "incidents opened", registry=second.registry).inc(2)
+
+    first_text, second_text = first.render().decode(), second.render().decode()
+
+    assert 'ira_step_claims_total{result="won"} 1.0' in first_text
+    assert 'ira_dlq_messages_total{consumer="triage",reason="invalid_message"} 1.0' in first_text
+    assert "ira_step_claims_total{" not in second_text
+    assert "ira_triage_incidents_total 2.0" in second_text and "ira_triage" not in first_text
+
+
+class _TraceSink(BaseHTTPRequestHandler):
+    """A stand-in OTLP/HTTP collector: records which paths received a POST."""
+
+    received: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        type(self).received.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_spans_are_exported_over_otlp_http_when_an_endpoint_is_set(tmp_path: Path) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _TraceSink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    provider = setup_tracing(load_settings({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}), install=False)
+    try:
+        with provider.get_tracer("test").start_as_current_span("alert received"):
+            pass
+        provider.force_flush()
+        await eventually(lambda: "/v1/traces" in _TraceSink.received, timeout=10)
+    finally:
+        shutdown_tracing(provider)
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_an_endpoint_nothing_is_exported() -> None:
+    provider = setup_tracing(load_settings({}), install=False)
+    try:
+        assert provider.resource.attributes["service.name"] == "ira"
+        assert provider.resource.attributes["deployment.environment"] == "prod"
+        assert not provider._active_span_processor._span_processors  # no exporter attached
+    finally:
+        shutdown_tracing(provider)
