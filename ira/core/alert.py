@@ -83,3 +83,31 @@ class Evaluation(Model):
     reason: str
     basis: dict[str, object] = Field(default_factory=dict)
     at: datetime
+
+
+class ChangeEvent(Model):
+    """A deploy or config change (``change`` sources): investigators line it up with symptoms.
+
+    Published on ``ira.alerts.v1`` as envelope type ``change.recorded``, keyed by
+    ``tenant:service``; triage stores it, never groups it into an incident.
+    """
+
+    event_id: str
+    tenant_id: str
+    source_id: str
+    source_event_id: str
+    service: str
+    environment: str
+    version: str | None = None
+    commit: str | None = None
+    actor: str | None = None
+    at: AwareDatetime
+    url: str | None = None
+    description: str | None = None
+    received_at: AwareDatetime
+
+
+ALERT_MESSAGE = "alert.received"
+"""Envelope type of an AlertEvent on ``ira.alerts.v1``."""
+CHANGE_MESSAGE = "change.recorded"
+"""Envelope type of a ChangeEvent on ``ira.alerts.v1``."""

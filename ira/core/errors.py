@@ -7,6 +7,8 @@
     - BudgetExhaustedError      a reservation larger than what is available
     - ArtifactTooLargeError     an artifact over the configured size limit
     - NotFoundError             the tenant has no such object
+    - AuthenticationError       no or unknown credentials (HTTP 401)
+    - PermissionDeniedError     known principal, missing role (HTTP 403)
   + TransientError              retried with backoff
     - ConcurrentUpdateError     a compare-and-set lost: re-read, then decide again
       - StaleEpochError         the writer no longer owns the step (a newer epoch claimed it)
@@ -67,6 +69,14 @@ class ArtifactTooLargeError(DomainError):
 
 class NotFoundError(DomainError):
     code = "not_found"
+
+
+class AuthenticationError(DomainError):
+    code = "unauthenticated"
+
+
+class PermissionDeniedError(DomainError):
+    code = "forbidden"
 
 
 class TransientError(PlatformError):

@@ -50,7 +50,8 @@ def broker_binary() -> str:
 
 
 def free_port(host: str = HOST) -> int:
-    """A port nobody listens on right now (the OS picks it)."""
+    """A port nobody listens on right now (the OS picks it; another process could still take it
+    before the broker binds it, in which case ``start`` fails with the broker's log)."""
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

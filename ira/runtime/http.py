@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ira.core.errors import (
     ArtifactTooLargeError,
+    AuthenticationError,
     BudgetExhaustedError,
     ConcurrentUpdateError,
     ConnectorRejectedError,
@@ -41,6 +42,7 @@ from ira.core.errors import (
     IllegalTransitionError,
     InvalidMessageError,
     NotFoundError,
+    PermissionDeniedError,
     PlatformError,
     TransientError,
 )
@@ -51,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 ERROR_STATUSES: Mapping[type[PlatformError], int] = {
     NotFoundError: 404,
+    AuthenticationError: 401,
+    PermissionDeniedError: 403,
     IllegalTransitionError: 409,
     BudgetExhaustedError: 409,
     ArtifactTooLargeError: 413,

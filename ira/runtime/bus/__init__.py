@@ -9,6 +9,7 @@ errors are translated to :class:`~ira.core.errors.BrokerUnavailableError` at thi
 * ``admin``     ensure_topics / missing_topics / topics_exist
 * ``producer``  BusProducer (publish, publish_many, publish_raw)
 * ``consumer``  ConsumerRunner, ConsumerSettings, InboxHandler, PlainHandler
-* ``record``    RecordMeta, Outcome, ConsumerStats, the retry / drop / dead-letter decision
+* ``inbox``     InboxApplier, record_inbox_many: inbox rows + handler in one transaction
+* ``record``    RecordMeta, handler types, Outcome, ConsumerStats, the retry / drop / DLQ decision
 * ``tracing``   traceparent in and out of Kafka headers
 """

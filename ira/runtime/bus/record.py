@@ -81,6 +81,8 @@ class RecordOutcome:
 
 
 class Disposition(StrEnum):
+    """What the runner does with a record whose handler raised."""
+
     DROP_DUPLICATE = "drop_duplicate"
     DROP_STALE = "drop_stale"
     RETRY = "retry"

@@ -66,6 +66,8 @@ class ApiToken(Grant):
     """A bearer token for ``/v1/*`` and the dashboard."""
 
     token: SecretStr = Field(min_length=8)
+    tenant: str | None = Field(default=None, pattern=_NAME)
+    """The only tenant this token sees; None means the configured default tenant."""
 
 
 class SlackApprover(Grant):

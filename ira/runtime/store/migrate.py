@@ -20,8 +20,12 @@ def _config(connection: Any = None) -> Config:
     return config
 
 
-async def upgrade(db: Database, revision: str = "head") -> None:
-    """Apply every migration up to ``revision`` (idempotent: a current database is left alone)."""
+async def upgrade(db: Database, revision: str = "heads") -> None:
+    """Apply every migration up to ``revision`` (idempotent: a current database is left alone).
+
+    "heads": each service package keeps its tables on its own branch off the runtime's base,
+    so packages can add migrations without a shared chain.
+    """
 
     def run(sync_connection: Any) -> None:
         command.upgrade(_config(sync_connection), revision)
@@ -36,12 +40,8 @@ async def pending(db: Database) -> list[str]:
     def check(sync_connection: Any) -> list[str]:
         current = set(MigrationContext.configure(sync_connection).get_current_heads())
         script = ScriptDirectory.from_config(_config())
-        return [r.revision for r in script.walk_revisions() if r.revision not in current
-                and not current.intersection(_descendants(script, r.revision))]
+        applied = {r.revision for r in script.iterate_revisions(tuple(current), "base")} if current else set()
+        return sorted(r.revision for r in script.walk_revisions() if r.revision not in applied)
 
     async with db.engine.connect() as conn:
         return await conn.run_sync(check)
-
-
-def _descendants(script: ScriptDirectory, revision: str) -> set[str]:
-    return {r.revision for r in script.iterate_revisions("heads", revision)} - {revision}
