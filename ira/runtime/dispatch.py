@@ -60,6 +60,8 @@ class StepDispatcher:
     lease: timedelta = timedelta(seconds=30)
     max_attempts: int = 3
     stats: DispatchStats = field(default_factory=DispatchStats)
+    on_claim: Callable[[str], None] = lambda _result: None
+    """Told "won", "lost" (someone else holds it, or it is finished) or "lease_lost" (telemetry)."""
 
     async def handle_wakeup(self, envelope: Envelope) -> None:
         """Claim the woken step if it is ours and free; run it; never raise for a lost race."""
@@ -68,8 +70,10 @@ class StepDispatcher:
         ctx = await self._claim(envelope.tenant_id, envelope.payload["run_id"], envelope.payload["step_id"])
         if ctx is None:
             self.stats.not_claimable += 1
+            self.on_claim("lost")
             return
         self.stats.claimed += 1
+        self.on_claim("won")
         await self._run_claimed(ctx)
 
     async def _claim(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
@@ -90,9 +94,9 @@ class StepDispatcher:
         except asyncio.CancelledError:
             if not beat.done() or beat.result() is not True:
                 raise  # we are shutting down, not losing the lease
-            self.stats.lost_lease += 1
+            self._lost_lease()
         except StaleEpochError:
-            self.stats.lost_lease += 1
+            self._lost_lease()
         except Exception as exc:  # the worker loop is the one place that catches broadly
             log.exception("step %s/%s failed", ctx.claim.run_id, ctx.claim.step_id)
             await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
@@ -133,7 +137,11 @@ class StepDispatcher:
             async with self.db.transaction() as conn:
                 await steps.release_step(conn, ctx.claim, now=self.clock.now(), error=error)
         except (StaleEpochError, ConcurrentUpdateError):
-            self.stats.lost_lease += 1
+            self._lost_lease()
+
+    def _lost_lease(self) -> None:
+        self.stats.lost_lease += 1
+        self.on_claim("lease_lost")
 
     async def _attempts(self, ctx: StepContext) -> int:
         c = ctx.claim

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from ira.core.envelope import Envelope, Topic, topic_name
 from ira.runtime.bus.admin import ensure_topics
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.record import InboxHandler, Outcome, PlainHandler, RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher, StepHandler
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.relay import OutboxRelay
 from ira.runtime.scanner import Scanner
+from ira.runtime.telemetry import Metrics
 
 
 class PlatformTopics:
@@ -53,5 +57,52 @@ def _record_backlog(platform: Platform, age) -> None:  # type: ignore[no-untyped
 
 
 def build_dispatcher(platform: Platform, role: str, handlers: Mapping[str, StepHandler]) -> StepDispatcher:
+    claims = platform.metrics.claims
     return StepDispatcher(db=platform.db, clock=platform.clock, handlers=handlers, owner=worker_id(role),
-                          lease=platform.settings.runtime.step_lease)
+                          lease=platform.settings.runtime.step_lease,
+                          on_claim=lambda result: claims.labels(result=result).inc())
+
+
+def build_consumer(
+    platform: Platform, *, name: str, topics: Sequence[Topic], handler: InboxHandler | PlainHandler,
+    inbox: bool = True, group_id: str | None = None, batch_size: int = 1,
+) -> ConsumerRunner:
+    """A consumer of this environment's ``topics`` whose outcomes and lag feed /metrics."""
+    env = platform.settings.environment
+    session = platform.settings.kafka.session_timeout
+    built: list[ConsumerRunner] = []  # the observer needs the runner it observes
+    runner = ConsumerRunner(
+        bootstrap=platform.kafka_bootstrap, group_id=group_id or f"ira-{name}",
+        topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
+        dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
+        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size),
+        on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome))
+    built.append(runner)
+    return runner
+
+
+def build_step_consumer(platform: Platform, role: str, dispatcher: StepDispatcher) -> ConsumerRunner:
+    """Wake-ups on ``ira.steps.v1`` feeding ``dispatcher`` (no inbox: the claim is the dedupe)."""
+
+    async def on_wakeup(envelope: Envelope, meta: RecordMeta) -> None:
+        await dispatcher.handle_wakeup(envelope)
+
+    return build_consumer(platform, name=f"{role}-steps", topics=[Topic.STEPS], handler=on_wakeup, inbox=False)
+
+
+_CONFLICT_CODES = {"concurrent_update": "state", "stale_epoch": "epoch"}
+
+
+def observe_outcome(metrics: Metrics, runner: ConsumerRunner, outcome: RecordOutcome) -> None:
+    """Count one consumer outcome and refresh that consumer's lag gauges."""
+    name = outcome.consumer
+    if outcome.outcome == Outcome.PROCESSED:
+        metrics.messages_handled.labels(consumer=name).inc()
+    elif outcome.outcome == Outcome.DUPLICATE:
+        metrics.messages_duplicate.labels(consumer=name).inc()
+    elif outcome.outcome == Outcome.DEAD_LETTERED:
+        metrics.dlq.labels(consumer=name, reason=outcome.error_code or "unknown").inc()
+    if outcome.error_code in _CONFLICT_CODES:
+        metrics.conflicts.labels(kind=_CONFLICT_CODES[outcome.error_code]).inc()
+    for (topic, partition), lag in runner.lag().items():
+        metrics.consumer_lag.labels(consumer=name, topic=topic, partition=str(partition)).set(lag)

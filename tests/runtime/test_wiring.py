@@ -1,0 +1,79 @@
+"""A Platform built from Settings, as a worker builds it: its consumers and loops feed /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.envelope import Envelope, Topic, topic_name
+from ira.core.errors import DomainError
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.record import RecordMeta
+from ira.runtime.platform import Platform
+from ira.runtime.settings import load_settings
+from ira.runtime.stack import open_platform
+from ira.runtime.store import runs, steps
+from ira.runtime.store.migrate import upgrade
+from ira.runtime.wiring import build_consumer, build_dispatcher, build_relay
+from tests.contracts.test_store import new_run
+from tests.eventually import eventually
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def platform(private_kafka: EmbeddedKafka, redis_url: str, tmp_path: Path) -> AsyncIterator[Platform]:
+    settings = load_settings({"IRA_DATABASE_URL": f"sqlite:///{tmp_path / 'ira.db'}", "IRA_REDIS_URL": redis_url,
+                              "IRA_KAFKA_BOOTSTRAP": private_kafka.bootstrap, "IRA_DATA_DIR": str(tmp_path)})
+    settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(update={"partitions": 1})})
+    async with open_platform(settings, embedded=False, say=lambda _m: None) as built:
+        await upgrade(built.db)
+        yield built
+
+
+def metric(platform: Platform, name: str) -> float:
+    for line in platform.metrics.render().decode().splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_consumer_outcomes_relay_and_claims_show_on_metrics(platform: Platform) -> None:
+    async def refuse_poison(conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
+        if envelope.type == "poison":
+            raise DomainError("not for us")
+
+    consumer = build_consumer(platform, name="probe", topics=[Topic.INCIDENTS], handler=refuse_poison,
+                              group_id="wiring-probe")
+    relay = build_relay(platform)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(consumer.run(stop)), asyncio.create_task(relay.run(stop))]
+    try:
+        for kind in ("ok", "poison"):
+            env = Envelope(message_id=kind, type=kind, tenant_id="acme", occurred_at=datetime.now(UTC))
+            await platform.producer.publish(topic_name(Topic.INCIDENTS, "prod"), "acme:x", env)
+        async with platform.db.transaction() as conn:
+            await runs.create_run(conn, new_run(), at=datetime.now(UTC))  # its wake-up goes through the relay
+        await eventually(lambda: metric(platform, 'ira_dlq_messages_total{consumer="probe"') == 1, timeout=20)
+        await eventually(lambda: metric(platform, "ira_relay_published_total") >= 1, timeout=20)
+        assert metric(platform, 'ira_messages_handled_total{consumer="probe"}') == 1
+        assert 'ira_consumer_lag_messages{consumer="probe"' in platform.metrics.render().decode()
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=20)
+
+    dispatcher = build_dispatcher(platform, "probe", {"metrics": lambda ctx: asyncio.sleep(0)})
+    async with platform.db.transaction() as conn:
+        run, _ = await runs.create_run(conn, new_run(), at=datetime.now(UTC))
+    wake = Envelope(message_id="w", type="step.ready", tenant_id="acme", occurred_at=datetime.now(UTC),
+                    payload={"run_id": run.run_id, "step_id": "metrics", "kind": "metrics"})
+    await dispatcher.handle_wakeup(wake)  # won; the handler leaves it unfinished, so it is released
+    async with platform.db.transaction() as conn:
+        await steps.claim_step(conn, "acme", run.run_id, "metrics", owner="other", lease=timedelta(minutes=5),
+                               now=datetime.now(UTC))
+    await dispatcher.handle_wakeup(wake)  # lost: "other" holds it
+    assert metric(platform, 'ira_step_claims_total{result="won"}') == 1
+    assert metric(platform, 'ira_step_claims_total{result="lost"}') == 1
