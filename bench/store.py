@@ -79,6 +79,27 @@ async def transition(db: Database, run_id: str) -> None:
             outbox=(step_wakeup("bench", run_id, "metrics", kind="metrics", environment="prod", at=NOW),)), at=NOW)
 
 
+async def transition_batch(db: Database, run_ids: list[str]) -> None:
+    """The same changes, many per transaction: what a batched consumer does."""
+    async with db.transaction() as conn:
+        for run_id in run_ids:
+            run = await runs.get_run(conn, "bench", run_id)
+            await runs.commit(conn, RunCommit(
+                tenant_id="bench", run_id=run_id, expected_version=run.state_version,
+                events=(EventDraft(type="NOTE"),),
+                outbox=(step_wakeup("bench", run_id, "metrics", kind="metrics", environment="prod", at=NOW),)),
+                at=NOW)
+
+
+async def measure_batched(db: Database, run_ids: list[str], ops: int, batch: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, ops, batch):
+        await transition_batch(db, [run_ids[i % len(run_ids)] for i in range(start, min(start + batch, ops))])
+    rate = ops / (time.perf_counter() - started)
+    progress(f"  transitions, {batch} per transaction: {rate:,.0f}/s")
+    return rate
+
+
 async def claim(db: Database, run_id: str) -> None:
     async with db.transaction() as conn:
         got = await steps.claim_step(conn, "bench", run_id, "metrics", owner="bench", lease=timedelta(minutes=5),
@@ -113,6 +134,10 @@ async def bench(url: str, ops: int, concurrency: int) -> None:
             c_rate = await measure("claims", lambda r, d=db: claim(d, r), run_ids[:ops], ops, c)
             print(json.dumps({"bench": "store", "backend": backend, "concurrency": c, "ops": ops,
                               "transitions_per_s": round(t_rate), "claims_per_s": round(c_rate)}), flush=True)
+        run_ids = await make_runs(db, 50)
+        b_rate = await measure_batched(db, run_ids, ops, batch=50)
+        print(json.dumps({"bench": "store", "backend": backend, "batch": 50, "ops": ops,
+                          "batched_transitions_per_s": round(b_rate)}), flush=True)
     finally:
         await cleanup()
 

@@ -19,6 +19,8 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from ira.runtime.store import sqlite_driver
+
 _WRITE = "ira_write"
 
 
@@ -29,7 +31,8 @@ def normalize_url(url: str) -> str:
     if backend == "postgresql":
         parsed = parsed.set(drivername="postgresql+asyncpg")
     elif backend == "sqlite":
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
+        sqlite_driver.register()
+        parsed = parsed.set(drivername=f"sqlite+{sqlite_driver.DRIVER}")
     else:
         raise ValueError(f"unsupported database {backend!r}: use sqlite or postgresql")
     return parsed.render_as_string(hide_password=False)
