@@ -76,3 +76,16 @@ def test_init_writes_a_config_that_loads(tmp_path: Path) -> None:
     again = subprocess.run([ira_command(), "init", "--path", str(target)], cwd=tmp_path, capture_output=True,
                            text=True, timeout=60, env=env_for(tmp_path))
     assert again.returncode == 1 and "--force" in again.stderr
+
+
+def test_db_upgrade_then_doctor_reports_a_current_schema(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    before = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert before.returncode == 1 and "pending" in before.stdout
+    upgraded = subprocess.run([ira_command(), "db", "upgrade"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env=env)
+    assert upgraded.returncode == 0, upgraded.stderr
+    after = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                           env=env)
+    assert after.returncode == 0 and "database  ok" in after.stdout, after.stdout + after.stderr
