@@ -6,3 +6,4 @@ pytest_plugins = [
 
 pytest_plugins.append("tests.kafka_fixtures")  # kafka, private_kafka, bus_env
 pytest_plugins.append("tests.redis_fixtures")  # redis_url, redis_prefix
+pytest_plugins.append("tests.platform_fixtures")  # platform
