@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: run test lint bench
 
 run: $(STAMP)
-	$(VENV)/bin/ira dev
+	$(VENV)/bin/ira dev --demo
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

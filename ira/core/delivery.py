@@ -30,3 +30,25 @@ class Delivery(Model):
     attempts: int = 0
     receipts: tuple[Receipt, ...] = ()
     created_at: datetime
+
+
+DELIVERY_REQUESTED = "delivery.requested"
+"""Envelope type on ``ira.deliveries.v1``: payload ``{"notification_id", "run_id", "kind"}``."""
+
+
+class Notification(Model):
+    """What a delivery sends, stored as an artifact when the delivery is committed (C6/ask).
+
+    The notifier reads it back by ``notification_id``: it sends what was committed, never a
+    recomputation, and receivers dedupe on ``notification_id``.
+    """
+
+    notification_id: str
+    tenant_id: str
+    run_id: str | None
+    run_version: int
+    """The run's ``state_version`` as of the commit that asked for this notification."""
+    kind: str
+    """``approval_requested`` or ``run_completed``."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime

@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Protocol
+
+from ira.core.llm import ChatReply, ChatRequest
+from ira.core.signals import (
+    ChangeQuery,
+    ChangeResult,
+    LogQuery,
+    LogResult,
+    MetricResult,
+    RunbookQuery,
+    RunbookResult,
+)
+from ira.core.ticket import Ticket, TicketRequest
 
 
 class RawPublisher(Protocol):
@@ -19,4 +32,78 @@ class TopicAdmin(Protocol):
 
     async def ensure_topics(self) -> list[str]:
         """Create what is missing; return every topic name of the environment."""
+        ...
+
+
+class TicketSystem(Protocol):
+    """Creates tickets exactly once per idempotency key, fenced by the writer's epoch.
+
+    ``namespace`` names the writer's ownership scope (``<run_id>/<step_id>``); a system that
+    enforces barriers rejects a create or barrier whose epoch is below the highest it has
+    seen for that namespace (StaleEpochError). Same key + same payload -> the same ticket;
+    same key + another payload -> ConnectorRejectedError. Unreachable -> ConnectorUnavailableError.
+    """
+
+    name: str
+
+    async def create(
+        self, request: TicketRequest, *, idempotency_key: str, namespace: str, epoch: int
+    ) -> Ticket:
+        """Create (or return the ticket already created for ``idempotency_key``)."""
+        ...
+
+    async def find_by_key(self, tenant_id: str, idempotency_key: str) -> Ticket | None:
+        """The ticket created for ``idempotency_key``, or None if there is none (yet)."""
+        ...
+
+    async def raise_barrier(self, tenant_id: str, namespace: str, epoch: int) -> bool:
+        """Refuse later writes below ``epoch``; False if this system cannot enforce barriers.
+
+        True means a later ``find_by_key`` that finds nothing is definitive: no write from an
+        older epoch can still land.
+        """
+        ...
+
+
+class MetricSource(Protocol):
+    """Read-only metrics (Prometheus HTTP API or a recording of it)."""
+
+    async def query_range(self, query: str, *, start: datetime, end: datetime, step: timedelta) -> MetricResult:
+        """Series of ``query`` from ``start`` to ``end``; ConnectorRejectedError for a bad query."""
+        ...
+
+    async def query(self, query: str, *, at: datetime) -> MetricResult:
+        """The instant vector of ``query`` at ``at``."""
+        ...
+
+
+class LogSource(Protocol):
+    """Read-only log search (Loki, JSONL files, a recording)."""
+
+    async def search(self, query: LogQuery) -> LogResult:
+        """Matching lines, newest first, at most ``query.limit`` (``partial`` says if cut)."""
+        ...
+
+
+class RunbookSource(Protocol):
+    """Runbooks ranked for an alert, a service and symptoms."""
+
+    async def search(self, query: RunbookQuery) -> RunbookResult:
+        """Best hits first, each saying whether it applies to ``query.version``."""
+        ...
+
+
+class ChangeSource(Protocol):
+    """Deploys and configuration changes recorded from change events."""
+
+    async def list_changes(self, query: ChangeQuery) -> ChangeResult:
+        """Changes of one tenant's service and environment in the window, newest first."""
+        ...
+
+
+class LlmClient(Protocol):
+    """One chat completion with tools (OpenAI-compatible or Anthropic)."""
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        """ConnectorUnavailableError when the provider is down or limiting; Rejected for a 4xx."""
         ...

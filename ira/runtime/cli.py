@@ -54,11 +54,24 @@ def run(coro: Coroutine[Any, Any, int | None]) -> NoReturn:
 
 @app.command()
 def dev(live: Annotated[bool, typer.Option(help="Also start the live demo (needs prometheus/alertmanager).")]
+        = False,
+        demo: Annotated[bool, typer.Option(help="Play the bundled incident once ready (what `make run` does).")]
         = False) -> None:
     """Everything in one process on the embedded stack (Tansu broker, Redis, SQLite)."""
     from ira.runtime.process import run_dev
 
-    run(run_dev(settings_or_exit(), say=say, live=live))
+    run(run_dev(settings_or_exit(), say=say, live=live, demo=demo))
+
+
+@app.command("demo")
+def demo_command(url: Annotated[str, typer.Option(help="The running ira to play it into.")]
+                 = "http://127.0.0.1:8080",
+                 speedup: Annotated[float, typer.Option(help="Compress the recorded gaps this many times.")]
+                 = 30.0) -> None:
+    """Play the bundled incident ALR-20260429-017 into a running ira (its sources, as recorded)."""
+    from ira.runtime.process import play_demo
+
+    run(play_demo(settings_or_exit(), url=url, speedup=speedup, say=say))
 
 
 @app.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 
 from ira.core.errors import ConfigError
 from ira.runtime.logs import configure_logging
@@ -20,24 +21,96 @@ Say = Callable[[str], None]
 GATEWAY = "gateway"
 
 
-async def run_dev(settings: Settings, *, say: Say, live: bool = False) -> int:
-    """``ira dev``: every role, the HTTP app and the embedded services in one process."""
+async def run_dev(settings: Settings, *, say: Say, live: bool = False, demo: bool = False) -> int:
+    """``ira dev``: every role, the HTTP app and the embedded services in one process.
+
+    ``demo`` binds the investigators to the bundled incident's recording and plays its source
+    events once ira is ready: a complete run to watch without any outside system.
+    """
     configure_logging(settings.log_level, secrets=settings.secret_values())
+    if demo:
+        settings = with_demo_recording(settings)
     tracer = setup_tracing(settings)
     roles = list(load_roles().values())
     stop = asyncio.Event()
     install_stop_signals(stop)
+    url = f"http://{settings.http.host}:{settings.http.port}"
+    background: set[asyncio.Task[object]] = set()
+
+    def on_ready() -> None:
+        say(f"ready     {url}  (roles: {', '.join(r.name for r in roles)}; Ctrl-C to stop)")
+        say(f"dashboard {url}/login  (development token: dev-admin-token)")
+        if demo:
+            background.add(asyncio.create_task(play_demo(settings, url=url, speedup=30.0, say=say)))
+
     try:
-        async with open_platform(settings, embedded=True, say=say) as platform:
+        async with AsyncExitStack() as stack:
+            if live:
+                settings = await start_live(stack, settings, url=url, say=say)
+            platform = await stack.enter_async_context(open_platform(settings, embedded=True, say=say))
             server = build_http(platform, roles, tracer)
-            url = f"http://{settings.http.host}:{settings.http.port}"
-            code = await supervise(platform, roles, server=server, stop=stop,
-                                   on_ready=lambda: say(f"ready     {url}  (roles: {', '.join(r.name for r in roles)};"
-                                                        " Ctrl-C to stop)"))
+            code = await supervise(platform, roles, server=server, stop=stop, on_ready=on_ready)
     finally:
+        for task in background:
+            task.cancel()
         shutdown_tracing(tracer)
     say("stopped")
     return code
+
+
+LIVE_FAULT_AFTER = 60.0
+"""Seconds of healthy traffic before the live demo deploys the faulty v3."""
+
+
+async def start_live(stack: AsyncExitStack, settings: Settings, *, url: str, say: Say) -> Settings:
+    """Start the live demo (order-service, Prometheus, Alertmanager -> this ira) and point the
+    investigators at it: real metrics, real logs, the demo runbooks."""
+    from ira.infra.demo import RUNBOOKS_DIR
+    from ira.infra.demo.live import missing_binaries, start_live_demo
+    from ira.runtime.settings.agents import JsonlLogSettings, PrometheusSettings
+
+    missing = missing_binaries()
+    if missing:
+        raise ConfigError("live", f"the live demo needs Debian's {' and '.join(missing)}: "
+                                  f"apt-get install {' '.join(missing)}")
+    home = (settings.data_dir / "live").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    demo = await start_live_demo(stack, home, webhook_base=url, service_args=(
+        "--ira-url", url, "--fault-after", str(LIVE_FAULT_AFTER)))
+    say(f"live      order-service {demo.service_url}, Prometheus {demo.prometheus_url}, "
+        f"Alertmanager {demo.alertmanager_url}; v3 deploys in {LIVE_FAULT_AFTER:g}s")
+    agents = settings.agents.model_copy(update={
+        "prometheus": PrometheusSettings(url=demo.prometheus_url),
+        "jsonl_logs": JsonlLogSettings(paths=str(demo.log_path)), "runbooks_dir": RUNBOOKS_DIR})
+    return settings.model_copy(update={"agents": agents})
+
+
+def with_demo_recording(settings: Settings) -> Settings:
+    """Answer every investigator tool call from the bundled incident's recording."""
+    from ira.infra.demo import DEMO_BUNDLE
+
+    if settings.agents.recorded_bundle is not None:
+        return settings
+    agents = settings.agents.model_copy(update={"recorded_bundle": DEMO_BUNDLE})
+    return settings.model_copy(update={"agents": agents})
+
+
+async def play_demo(settings: Settings, *, url: str, speedup: float, say: Say) -> int:
+    """``ira demo``: post the bundled incident's source events to the ira at ``url``."""
+    import httpx
+
+    from ira.infra.demo.bundle import load_bundle
+    from ira.infra.demo.play import play_bundle
+
+    bundle = load_bundle()
+    say(f"demo      playing {bundle.info.bundle_id}: {bundle.info.description}")
+    try:
+        accepted = await play_bundle(bundle, base_url=url, settings=settings, speedup=speedup, say=say)
+    except (httpx.HTTPError, ValueError) as exc:
+        say(f"demo      could not play the bundle: {exc}")
+        return 1
+    say(f"demo      {len(accepted)} events accepted; watch the run at {url}/ (it will wait for your approval)")
+    return 0
 
 
 async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:

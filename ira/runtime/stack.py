@@ -12,8 +12,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from ira.core.clock import SystemClock
 from ira.core.errors import ConfigError
@@ -28,6 +29,18 @@ from ira.runtime.telemetry import Metrics
 log = logging.getLogger(__name__)
 
 Say = Callable[[str], None]
+
+REDIS_MAX_CONNECTIONS = 200
+REDIS_POOL_TIMEOUT = timedelta(seconds=5)
+
+
+def redis_client(url: str) -> Redis:
+    """The process's Redis client, on a *blocking* pool: a burst of concurrent requests waits
+    (up to 5 s) for one of its connections instead of failing from the 101st on, as redis-py's
+    default pool does ("Too many connections": a 503 for every webhook past the 100th)."""
+    pool = BlockingConnectionPool.from_url(url, max_connections=REDIS_MAX_CONNECTIONS,
+                                           timeout=REDIS_POOL_TIMEOUT.total_seconds())
+    return Redis.from_pool(pool)
 
 
 async def _kafka(stack: AsyncExitStack, settings: Settings, *, embedded: bool, say: Say) -> str:
@@ -79,7 +92,7 @@ async def open_platform(settings: Settings, *, embedded: bool, say: Say = log.in
         producer = BusProducer(bootstrap, enable_idempotence=settings.kafka.enable_idempotence)
         await producer.start()
         stack.push_async_callback(producer.stop)
-        redis = Redis.from_url(redis_url)
+        redis = redis_client(redis_url)
         stack.push_async_callback(redis.aclose)
         yield Platform(settings=settings, db=db, producer=producer, redis=redis, clock=SystemClock(),
                        metrics=Metrics(), kafka_bootstrap=bootstrap)

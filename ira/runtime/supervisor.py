@@ -10,6 +10,7 @@ process that looks healthy is worse than a restart.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Callable, Sequence
@@ -57,6 +58,7 @@ async def supervise(
     watcher = asyncio.create_task(stop.wait())
     if server is not None:
         await _wait_started(server, tasks)
+    settle_garbage_collector()
     on_ready()
     done, _ = await asyncio.wait([*tasks, watcher], return_when=asyncio.FIRST_COMPLETED)
     crashed = [t for t in done if t is not watcher and (t.cancelled() or t.exception() is not None)]
@@ -68,6 +70,18 @@ async def supervise(
     await _drain(list(tasks), drain)
     watcher.cancel()
     return 1 if crashed else 0
+
+
+def settle_garbage_collector() -> None:
+    """Move everything built at start-up out of the collector's view and collect less often.
+
+    A request allocates many short-lived objects; with the default gen-0 threshold (700) the
+    collector ran constantly over the long-lived start-up heap (measured: 60% of the CPU of a
+    100-alert webhook request). Frozen objects are never scanned again.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
 
 
 async def _wait_started(server: uvicorn.Server, tasks: dict[asyncio.Task[object], str]) -> None:

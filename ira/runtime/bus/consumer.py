@@ -38,7 +38,7 @@ from ira.core.clock import Clock, SystemClock
 from ira.core.envelope import Envelope
 from ira.core.errors import BrokerUnavailableError, InvalidMessageError
 from ira.runtime.bus import tracing
-from ira.runtime.bus.inbox import InboxApplier
+from ira.runtime.bus.inbox import BatchFinisher, InboxApplier
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
     ConsumerStats,
@@ -91,6 +91,7 @@ class ConsumerRunner:
 
     ``name`` is the inbox's consumer name: two roles reading one topic need two names.
     ``on_outcome`` hears every outcome (telemetry counts them); ``stats`` keeps totals.
+    ``finish_batch`` (inbox mode) runs at the end of every transaction, after the handler.
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class ConsumerRunner:
         clock: Clock | None = None,
         tracer: Tracer | None = None,
         on_outcome: Callable[[RecordOutcome], None] | None = None,
+        finish_batch: BatchFinisher | None = None,
     ) -> None:
         if inbox and db is None:
             raise ValueError("a consumer with an inbox needs the database")
@@ -117,7 +119,8 @@ class ConsumerRunner:
         self._plain = cast(PlainHandler, handler)  # used only when there is no inbox
         self.settings, self._tracer, self._on_outcome = settings, tracer or tracing.bus_tracer(), on_outcome
         self._applier = None if db is None or not inbox else InboxApplier(
-            db, consumer=name, handler=cast(InboxHandler, handler), clock=clock or SystemClock(), span=self._span)
+            db, consumer=name, handler=cast(InboxHandler, handler), clock=clock or SystemClock(), span=self._span,
+            finish=finish_batch)
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -149,7 +152,7 @@ class ConsumerRunner:
         s = self.settings
         consumer = AIOKafkaConsumer(
             *self.topics, bootstrap_servers=self.bootstrap, group_id=self.group_id, client_id=self.name,
-            enable_auto_commit=False, auto_offset_reset="earliest",
+            enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=_ms(s.fetch_wait),
             session_timeout_ms=_ms(s.session_timeout), heartbeat_interval_ms=_ms(s.heartbeat_interval),
             request_timeout_ms=max(_ms(s.request_timeout), _ms(s.session_timeout) + 1000),
         )

@@ -9,7 +9,7 @@ fetched batch cheap enough for ~1,000 events/s on one consumer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -26,6 +26,10 @@ from ira.runtime.store.schema import inbox
 InboxKey = tuple[str, str]
 """(tenant_id, message_id)"""
 
+BatchFinisher = Callable[[AsyncConnection], Awaitable[None]]
+"""Runs once per transaction after the handler saw every record of it (a handler that defers
+its writes to one statement per batch flushes them here); it may raise to roll the batch back."""
+
 
 async def record_inbox_many(
     conn: AsyncConnection, *, consumer: str, keys: Sequence[InboxKey], at: datetime
@@ -38,9 +42,10 @@ async def record_inbox_many(
         return set()
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     rows = [{"tenant_id": t, "consumer": consumer, "message_id": m, "received_at": at} for t, m in dict.fromkeys(keys)]
+    # Parameters as a list (SQLAlchemy's "insertmanyvalues"), not .values(rows): one compiled
+    # statement for every batch size instead of one compile per distinct row count.
     result = await conn.execute(
-        dialect.insert(inbox).values(rows).on_conflict_do_nothing()
-        .returning(inbox.c.tenant_id, inbox.c.message_id)
+        dialect.insert(inbox).on_conflict_do_nothing().returning(inbox.c.tenant_id, inbox.c.message_id), rows
     )
     return {(row.tenant_id, row.message_id) for row in result}
 
@@ -56,9 +61,10 @@ class InboxApplier:
         handler: InboxHandler,
         clock: Clock,
         span: Callable[[Envelope, RecordMeta], AbstractContextManager[Any]],
+        finish: BatchFinisher | None = None,
     ) -> None:
         self._db, self._consumer, self._handler = db, consumer, handler
-        self._clock, self._span = clock, span
+        self._clock, self._span, self._finish = clock, span, finish
 
     async def apply(self, items: Sequence[tuple[Envelope, RecordMeta]]) -> list[Outcome]:
         """All of ``items`` or nothing: any exception rolls the whole transaction back."""
@@ -74,4 +80,6 @@ class InboxApplier:
                 with self._span(envelope, meta):
                     await self._handler(conn, envelope, meta)
                 outcomes.append(Outcome.PROCESSED)
+            if self._finish is not None:
+                await self._finish(conn)
             return outcomes

@@ -72,6 +72,10 @@ class BusProducer:
         self._linger = linger
         self._client_id = client_id
         self._producer: AIOKafkaProducer | None = None
+        # One enqueuer at a time: when a partition's batch is full, aiokafka parks every sender in
+        # a drain wait and wakes them all on each drain (quadratic under load). Behind this lock
+        # only one waits there; acks are still awaited concurrently, outside it.
+        self._enqueue = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect (fetch cluster metadata); BrokerUnavailableError if the broker is down."""
@@ -139,7 +143,8 @@ class BusProducer:
         if self._producer is None:
             raise BrokerUnavailableError("producer is not started")
         raw_key = key.encode() if isinstance(key, str) else key
-        return await self._producer.send(topic, value=value, key=raw_key, headers=headers)
+        async with self._enqueue:
+            return await self._producer.send(topic, value=value, key=raw_key, headers=headers)
 
     @asynccontextmanager
     async def _translated(self, what: str) -> AsyncIterator[None]:

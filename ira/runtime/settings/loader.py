@@ -33,10 +33,12 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_SLACK_CHANNEL": "slack.channel",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
     "IRA_FAULTS": "faults",
+    "IRA_NOTIFIER_WEBHOOK_URL": "notifier.webhook_url",
+    "IRA_NOTIFIER_WEBHOOK_SECRET": "notifier.webhook_secret",
 }
 """Environment variable -> dotted settings key (DESIGN.md §10). An empty value counts as unset."""
 
-_SECRET_KEYS = frozenset({"token", "bearer_token", "hmac_secret", "bot_token", "signing_secret",
+_SECRET_KEYS = frozenset({"token", "bearer_token", "hmac_secret", "bot_token", "signing_secret", "webhook_secret",
                           "database_url", "redis_url"})
 """Keys whose rejected value is never echoed in an error message (it may be a credential)."""
 

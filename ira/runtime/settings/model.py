@@ -7,17 +7,14 @@ instead of a setting silently ignored. Secrets are ``SecretStr`` so they never p
 from __future__ import annotations
 
 import hmac
-import re
 from collections.abc import Iterator
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
@@ -26,25 +23,11 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 
 from ira.core.alert import SourceKind
+from ira.core.budget import BudgetDimension
+from ira.runtime.settings.agents import AgentsSettings
+from ira.runtime.settings.section import NAME, Duration, Section
+from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import normalize_url
-
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
-
-
-def _parse_duration(value: Any) -> Any:
-    """People write ``15m``; anything else goes on to pydantic (seconds, ISO 8601)."""
-    if isinstance(value, str) and (match := _DURATION.match(value)):
-        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    return value
-
-
-Duration = Annotated[timedelta, BeforeValidator(_parse_duration), Field(gt=timedelta(0))]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class AccessRole(StrEnum):
@@ -55,7 +38,7 @@ class AccessRole(StrEnum):
     VIEWER = "viewer"
 
 
-class Grant(_Section):
+class Grant(Section):
     """What a credential entitles its holder to: a principal name and roles."""
 
     principal: str = Field(min_length=1)
@@ -66,7 +49,7 @@ class ApiToken(Grant):
     """A bearer token for ``/v1/*`` and the dashboard."""
 
     token: SecretStr = Field(min_length=8)
-    tenant: str | None = Field(default=None, pattern=_NAME)
+    tenant: str | None = Field(default=None, pattern=NAME)
     """The only tenant this token sees; None means the configured default tenant."""
 
 
@@ -76,12 +59,12 @@ class SlackApprover(Grant):
     slack_user: str = Field(min_length=1)
 
 
-class HttpSettings(_Section):
+class HttpSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
 
 
-class KafkaSettings(_Section):
+class KafkaSettings(Section):
     partitions: int = Field(default=3, ge=1)
     replication_factor: int = Field(default=1, ge=1)
     session_timeout: Duration = timedelta(seconds=10)
@@ -89,12 +72,12 @@ class KafkaSettings(_Section):
     """Off by default: the embedded broker (Tansu) has no idempotent producer."""
 
 
-class SourceSettings(_Section):
+class SourceSettings(Section):
     """One sender of alerts, authenticated by a bearer token or an HMAC secret."""
 
-    id: str = Field(pattern=_NAME)
+    id: str = Field(pattern=NAME)
     kind: SourceKind
-    tenant: str = Field(pattern=_NAME)
+    tenant: str = Field(pattern=NAME)
     """Defaults to the top-level ``tenant``."""
     bearer_token: SecretStr | None = None
     hmac_secret: SecretStr | None = None
@@ -110,7 +93,7 @@ class SourceSettings(_Section):
         return self
 
 
-class SlackSettings(_Section):
+class SlackSettings(Section):
     bot_token: SecretStr | None = None
     signing_secret: SecretStr | None = None
     api_url: str = "https://slack.com/api/"
@@ -118,7 +101,7 @@ class SlackSettings(_Section):
     approvers: tuple[SlackApprover, ...] = ()
 
 
-class RuntimeTuning(_Section):
+class RuntimeTuning(Section):
     """Knobs of the shared machinery (relay, scanner, leases); defaults suit one machine."""
 
     relay_batch_size: int = Field(default=100, ge=1, le=10_000)
@@ -128,10 +111,61 @@ class RuntimeTuning(_Section):
     step_lease: Duration = timedelta(seconds=30)
 
 
-class Settings(_Section):
+def _dims(**amounts: int) -> dict[BudgetDimension, int]:
+    return {BudgetDimension(name): amount for name, amount in amounts.items()}
+
+
+class CoordinatorSettings(Section):
+    """The incident workflow's knobs: investigation window, deadlines, budgets."""
+
+    window_before: Duration = timedelta(minutes=30)
+    """Branches look at ``alert start - window_before`` up to now."""
+    branch_deadline: Duration = timedelta(minutes=10)
+    """A branch still running this long after the run started is timed out."""
+    operation_deadline: Duration = timedelta(minutes=5)
+    """An external action not confirmed by then goes to reconciliation, then to a person."""
+    on_required_failure: Literal["human_review", "fail"] = "human_review"
+    """A required branch that failed: wait for a person, or fail the run."""
+    root_budget: dict[BudgetDimension, int] = Field(default_factory=lambda: _dims(
+        steps=60, tool_calls=120, model_tokens=300_000, cost_micros=5_000_000, wall_ms=3_600_000))
+    branch_budget: dict[BudgetDimension, int] = Field(default_factory=lambda: _dims(
+        steps=12, tool_calls=30, model_tokens=80_000, cost_micros=1_500_000, wall_ms=900_000))
+    """Each branch's slice of the root (three branches draw at once)."""
+    max_concurrent_steps: int = Field(default=16, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _slices_fit(self) -> CoordinatorSettings:
+        for dim, amount in self.branch_budget.items():
+            if dim not in self.root_budget or 3 * amount > self.root_budget[dim]:
+                raise ValueError(f"three branch slices of {dim.value} must fit in root_budget.{dim.value}")
+        return self
+
+
+class NotifierSettings(Section):
+    """Where notifications go; with no webhook_url a delivery is recorded as failed."""
+
+    webhook_url: str | None = None
+    webhook_secret: SecretStr | None = None
+    """Signs every body: ``X-Ira-Signature: sha256=HMAC(secret, timestamp + "." + body)``."""
+    timeout: Duration = timedelta(seconds=5)
+    max_attempts: int = Field(default=4, ge=1, le=20)
+    backoff: Duration = timedelta(milliseconds=200)
+    """First retry delay; doubles per attempt."""
+
+    @model_validator(mode="after")
+    def _signed(self) -> NotifierSettings:
+        if self.webhook_url is not None:
+            if not self.webhook_url.startswith(("http://", "https://")):
+                raise ValueError("webhook_url must be an http:// or https:// URL")
+            if self.webhook_secret is None:
+                raise ValueError("webhook_secret is required with webhook_url")
+        return self
+
+
+class Settings(Section):
     """The whole configuration of one ira process."""
 
-    tenant: str = Field(default="demo", pattern=_NAME)
+    tenant: str = Field(default="demo", pattern=NAME)
     environment: Literal["prod", "staging"] = "prod"
     data_dir: Path = Path(".ira")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -150,6 +184,12 @@ class Settings(_Section):
     otel_endpoint: str | None = None
     artifact_max_bytes: int = Field(default=1024 * 1024, ge=1)
     runtime: RuntimeTuning = RuntimeTuning()
+    agents: AgentsSettings = AgentsSettings()
+    """Investigators: loop limits, connectors, per-branch policy (rules or an LLM)."""
+    coordinator: CoordinatorSettings = CoordinatorSettings()
+    notifier: NotifierSettings = NotifierSettings()
+    triage: TriageSettings = TriageSettings()
+    """Grouping, run threshold, quiet period, cooldown, noise control, silences."""
     faults: frozenset[str] = frozenset()
     """Test-only fault points, armed by name (``IRA_FAULTS=a,b``)."""
 

@@ -110,6 +110,22 @@ async def release_step(conn: AsyncConnection, claim: Claim, *, now: datetime, er
     await end_attempt(conn, claim, outcome="released", now=now, error=error)
 
 
+async def revoke_claim(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str, *, now: datetime) -> int:
+    """Take the step from whoever holds it (deadline, cancel): epoch + 1, no owner, no lease.
+
+    The state is left to the caller's commit. The old owner's next heartbeat or fenced
+    commit then fails with StaleEpochError, which is how a running handler learns to stop.
+    """
+    epoch = (await conn.execute(
+        update(steps).where(_key(tenant_id, run_id, step_id))
+        .values(owner_epoch=steps.c.owner_epoch + 1, owner=None, lease_until=None, updated_at=now)
+        .returning(steps.c.owner_epoch)
+    )).scalar()
+    if epoch is None:
+        raise NotFoundError(f"step {run_id}/{step_id} not found")
+    return int(epoch)
+
+
 async def end_attempt(
     conn: AsyncConnection, claim: Claim, *, outcome: str, now: datetime,
     error: str | None = None, usage: dict[str, int] | None = None,

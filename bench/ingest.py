@@ -1,0 +1,297 @@
+"""Ingest benchmark: alerts/s and POST -> 202 latency of ira's webhook, against references.
+
+Usage: .venv/bin/python bench/ingest.py [--duration 10] [--connections 32] [--ops N]
+
+What runs (all on this machine, on loopback):
+
+* ``ira worker --role gateway`` (one uvicorn worker, tracing on as in production) on an
+  embedded Tansu broker and an embedded Redis (unix socket), as ``ira dev`` would start
+  them; only the HTTP edge runs, so triage and the other loops do not compete for the CPU.
+  It runs twice: as shipped (``ira``) and with ``OTEL_SDK_DISABLED=true`` (``ira_untraced``),
+  which shows what the OpenTelemetry middleware costs per request;
+* the *raw chain* (``bench/raw_chain.py``): FastAPI -> Redis SET NX -> aiokafka
+  send_and_wait, on the same broker and Redis: the ceiling the issue measures ingest against;
+* a real Alertmanager (Debian package) receiving the same alerts on ``/api/v2/alerts``.
+
+Load comes from ``wrk`` (``bench/ingest.lua`` builds every body, so alerts are distinct
+unless the scenario says otherwise). Scenarios: 1 alert per request, 100 alerts per request,
+and a 90% duplicate storm (1 alert per request, nine requests in ten re-send a hot alert).
+Each prints one JSON line on stdout (progress on stderr); ratio lines follow. wrk is
+time-boxed, so ``--ops N`` (a smoke run) makes each run last about N/1000 seconds.
+Figures depend on the machine and on what else runs on it: every line carries the
+1-minute load average before and after, and the server's CPU time per request. ``accepted``
+and ``duplicates`` come from ira's own metrics (they include the requests still in flight
+when wrk stopped counting, so they can exceed ``requests`` by up to ``--connections``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from ira.core.envelope import Topic, topic_name
+from ira.infra.redis_server import EmbeddedRedis
+from ira.infra.tansu import EmbeddedKafka, free_port
+from ira.runtime.settings import render_config_template
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA = ROOT / "bench" / "ingest.lua"
+IRA = ROOT / ".venv" / "bin" / "ira"
+ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+AM_TOKEN = "dev-am-token"
+SCENARIOS = (("single", 1, 0), ("batch100", 100, 0), ("dup90", 1, 90))
+_METRIC = re.compile(r'^(ira_source_events_(?:accepted|duplicate)_total)\{source="am"\} (\S+)$', re.M)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit(record: dict[str, object]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server under load: where to post, in which format, and its process (for CPU time)."""
+
+    name: str
+    url: str
+    format: str
+    pid: int
+    headers: tuple[str, ...] = ()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args} exited {process.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def started(command: list[str], *, env: dict[str, str], log: Path, ready_url: str) -> Iterator[int]:
+    """Run a server process until the block ends; yields its pid once ``ready_url`` answers 200."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
+                                   start_new_session=True)
+    try:
+        wait_ready(ready_url, process, log)
+        yield process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def ira_config(tmp: Path) -> Path:
+    """The dev config, with rate limits out of the way (the benchmark measures throughput)."""
+    config = yaml.safe_load(render_config_template())
+    for source in config["sources"]:
+        source["rate_limit_per_second"] = 1_000_000
+    config.update(log_level="WARNING", data_dir=str(tmp))
+    path = tmp / "ira.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextlib.contextmanager
+def ira_gateway(tmp: Path, bootstrap: str, redis_url: str, *, traced: bool = True) -> Iterator[Target]:
+    """``ira worker --role gateway``; ``traced=False`` sets OTEL_SDK_DISABLED (no-op spans)."""
+    tmp.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IRA_", "OTEL_"))}
+    env.update(IRA_CONFIG=str(ira_config(tmp)), IRA_KAFKA_BOOTSTRAP=bootstrap, IRA_REDIS_URL=redis_url,
+               IRA_DATABASE_URL=f"sqlite:///{tmp / 'ira.db'}", IRA_HTTP_PORT=str(port), IRA_DATA_DIR=str(tmp))
+    if not traced:
+        env["OTEL_SDK_DISABLED"] = "true"
+    subprocess.run([str(IRA), "db", "upgrade"], env=env, cwd=tmp, check=True, capture_output=True)  # noqa: S603
+    url = f"http://127.0.0.1:{port}"
+    name = "ira" if traced else "ira_untraced"
+    with started([str(IRA), "worker", "--role", "gateway"], env=env, log=tmp / f"{name}.log",
+                 ready_url=f"{url}/readyz") as pid:
+        yield Target(name, f"{url}/v1/sources/alertmanager/am", "webhook", pid,
+                     ("Content-Type: application/json", f"Authorization: Bearer {AM_TOKEN}"))
+
+
+@contextlib.contextmanager
+def raw_chain(tmp: Path, bootstrap: str, redis_url: str) -> Iterator[Target]:
+    port = free_port()
+    env = {**os.environ, "RAW_REDIS_URL": redis_url, "RAW_KAFKA": bootstrap,
+           "RAW_TOPIC": topic_name(Topic.ALERTS, "rawbench")}
+    command = [sys.executable, "-m", "uvicorn", "--factory", "bench.raw_chain:create_app", "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    with started(command, env=env, log=tmp / "raw.log", ready_url=f"http://127.0.0.1:{port}/docs") as pid:
+        yield Target("raw_chain", f"http://127.0.0.1:{port}/raw", "webhook", pid,
+                     ("Content-Type: application/json",))
+
+
+@contextlib.contextmanager
+def alertmanager(tmp: Path) -> Iterator[Target]:
+    directory = tmp / "alertmanager"
+    directory.mkdir()
+    (directory / "am.yml").write_text("route:\n  receiver: 'null'\n  group_wait: 30s\nreceivers:\n  - name: 'null'\n")
+    port = free_port()
+    command = [ALERTMANAGER, f"--config.file={directory / 'am.yml'}", f"--storage.path={directory / 'data'}",
+               f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]
+    with started(command, env=dict(os.environ), log=directory / "log", ready_url=f"http://127.0.0.1:{port}/-/ready") \
+            as pid:
+        yield Target("alertmanager", f"http://127.0.0.1:{port}/api/v2/alerts", "api", pid,
+                     ("Content-Type: application/json",))
+
+
+@dataclass(frozen=True)
+class Load:
+    duration: float
+    connections: int
+    ops: int | None = None
+
+    @property
+    def seconds(self) -> int:
+        """wrk runs for a time, not a count: ``--ops N`` becomes about N requests at ~1,000/s."""
+        return max(1, math.ceil(self.ops / 1000)) if self.ops else max(1, int(self.duration))
+
+
+async def run_wrk(target: Target, load: Load, *, per_request: int, dup_percent: int) -> dict[str, float]:
+    """One wrk run; returns wrk's JSON line (requests, latency percentiles in µs, errors)."""
+    command = ["wrk", "-t", "1", "-c", str(load.connections), "-d", f"{load.seconds}s", "--timeout", "10s",
+               "-s", str(LUA), *[arg for h in target.headers for arg in ("-H", h)], target.url,
+               "--", target.format, str(per_request), str(dup_percent), uuid.uuid4().hex[:8]]
+    process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"wrk failed ({process.returncode}): {err.decode()[-2000:]} {out.decode()[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def ira_counts(target: Target) -> dict[str, float]:
+    if not target.name.startswith("ira"):
+        return {}
+    text = httpx.get(target.url.split("/v1/")[0] + "/metrics", timeout=5).text
+    return {name: float(value) for name, value in _METRIC.findall(text)}
+
+
+async def measure(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
+    name, per_request, dup_percent = scenario
+    before_counts, load_before, cpu_before = ira_counts(target), os.getloadavg()[0], cpu_seconds(target.pid)
+    result = await run_wrk(target, load, per_request=per_request, dup_percent=dup_percent)
+    cpu = cpu_seconds(target.pid) - cpu_before
+    seconds, requests = result["duration_us"] / 1e6, result["requests"]
+    record: dict[str, object] = {
+        "bench": "ingest", "target": target.name, "scenario": name, "alerts_per_request": per_request,
+        "duplicate_percent": dup_percent, "connections": load.connections, "requests": requests,
+        "seconds": round(seconds, 2), "requests_per_s": round(requests / seconds, 1),
+        "alerts_per_s": round(requests * per_request / seconds, 1), "p50_ms": result["p50_us"] / 1000,
+        "p99_ms": result["p99_us"] / 1000, "non_2xx": result["non_2xx"], "socket_errors": result["socket_errors"],
+        "server_cpu_ms_per_request": round(cpu * 1000 / max(requests, 1), 3),
+        "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
+    }
+    after = ira_counts(target)
+    for metric, key in (("ira_source_events_accepted_total", "accepted"),
+                        ("ira_source_events_duplicate_total", "duplicates")):
+        if after:
+            record[key] = after.get(metric, 0) - before_counts.get(metric, 0)
+    return record
+
+
+def ratio(name: str, scenario: str, numerator: dict[str, object], denominator: dict[str, object],
+          key: str = "alerts_per_s") -> None:
+    value = float(numerator[key]) / max(float(denominator[key]), 1e-9)  # type: ignore[arg-type]
+    emit({"bench": "ingest", "ratio": name, "scenario": scenario, "of": key, "value": round(value, 3)})
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(tmp: Path) -> AsyncIterator[tuple[str, str]]:
+    """The broker and Redis ``ira dev`` would start: (bootstrap, redis url)."""
+    broker = EmbeddedKafka(tmp / "kafka")
+    await broker.start()
+    redis = EmbeddedRedis(tmp)
+    await asyncio.to_thread(redis.start)
+    try:
+        yield broker.bootstrap, redis.url
+    finally:
+        await asyncio.to_thread(redis.stop)
+        await broker.stop()
+
+
+async def run(load: Load) -> None:
+    for tool in ("wrk", ALERTMANAGER):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"bench/ingest.py needs {tool}")
+    with tempfile.TemporaryDirectory(prefix="ira-bench-ingest-") as name:
+        tmp = Path(name)
+        async with embedded_stack(tmp) as (bootstrap, redis_url):
+            with ira_gateway(tmp / "traced", bootstrap, redis_url) as ira, \
+                    ira_gateway(tmp / "untraced", bootstrap, redis_url, traced=False) as untraced, \
+                    raw_chain(tmp, bootstrap, redis_url) as raw, alertmanager(tmp) as am:
+                progress(f"cores {os.cpu_count()}, load {os.getloadavg()}; warming up")
+                warmup = Load(duration=1 if load.ops else 3, connections=load.connections)
+                for target in (ira, untraced, raw, am):
+                    await run_wrk(target, warmup, per_request=1, dup_percent=0)
+                await scenarios(load, (ira, untraced), raw, am)
+
+
+async def scenarios(load: Load, ours: tuple[Target, Target], raw: Target, am: Target) -> None:
+    """Each scenario against every target back to back, so they share the machine's mood."""
+    for scenario in SCENARIOS:
+        progress(f"scenario {scenario[0]}")
+        results = {target.name: await measure(target, load, scenario) for target in (*ours, am)}
+        if scenario[0] == "single":
+            results[raw.name] = await measure(raw, load, scenario)
+        for record in results.values():
+            emit(record)
+        for target in ours:
+            ratio(f"{target.name}/alertmanager", scenario[0], results[target.name], results[am.name])
+            if raw.name in results:
+                ratio(f"{target.name}/raw_chain", scenario[0], results[target.name], results[raw.name],
+                      key="requests_per_s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10, help="seconds per run (default 10)")
+    parser.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections")
+    parser.add_argument("--ops", type=int, default=None,
+                        help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
+    args = parser.parse_args()
+    # SIGTERM (a time limit, Ctrl-C in another shell) must still run the cleanup below: the
+    # embedded Redis daemonizes and would outlive us otherwise.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Benchmark: alert events/s through triage (consumer + inbox + incident grouping + evaluation + outbox).
+
+Not a test: one JSON line per measurement on stdout, progress on stderr::
+
+    .venv/bin/python bench/triage.py --ops 20000
+    .venv/bin/python bench/triage.py --ops 20000 --database-url postgresql://postgres@127.0.0.1:5432/test
+
+Per backend (SQLite always, PostgreSQL with ``--database-url``) two measurements, on the
+embedded broker with the real TriageHandler in the ConsumerRunner's batched inbox mode:
+
+* ``drain``: ``--ops`` events already on the topic, consumed as fast as triage can:
+  ``events_per_s`` from the first applied event to the last.
+* ``sustained``: events produced at ``--rate`` per second for ``--ops`` events (by a producer
+  in a child process, as the sources role would be) while triage consumes; the consumer's lag
+  (sum over partitions) is sampled every second while producing.
+  ``kept_up`` is true when the lag in the second half of the run stayed below one second's
+  worth of events and its least-squares slope (``lag_slope_per_s``) is under 5% of the rate.
+  ``consumed_per_s`` counts from the first applied event to the last.
+
+The event mix: groups of 5 alerts (one service each) firing, then resolving; about one group
+in ten is re-sent as a duplicate under a new event id (a sender's retry). So every tenth event
+opens an incident (create_run + outbox row), the rest join, are ignored by cooldown, resolve,
+or are caught by the source-identity dedupe. The noise state is read from Redis when
+``--redis-url`` answers (as in production), else switched off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+from redis.asyncio import Redis
+
+from ira.core.alert import AlertEvent, AlertStatus, Severity, SourceKind
+from ira.core.clock import SystemClock
+from ira.core.commit import OutboxMessage
+from ira.core.envelope import Envelope, Topic, topic_name
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.admin import ensure_topics
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import Outcome, RecordOutcome
+from ira.runtime.settings.triage import TriageSettings
+from ira.runtime.store.database import Database
+from ira.runtime.store.migrate import upgrade
+from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
+from ira.triage.worker import TriageHandler
+
+GROUP = 5
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _alert(group: int, member: int, status: AlertStatus, *, at: datetime, run: str) -> AlertEvent:
+    fingerprint = f"{run}-{group}-{member}"
+    return AlertEvent(
+        event_id=str(uuid.uuid4()), tenant_id="bench", source_id="am", source_kind=SourceKind.ALERTMANAGER,
+        source_event_id=f"{fingerprint}:{status.value}", fingerprint=fingerprint, status=status,
+        name="HighErrorRate", severity=Severity.CRITICAL, labels={"alertname": "HighErrorRate", "pod": f"p{member}"},
+        annotations={"summary": "error rate above 5%"}, starts_at=at, ends_at=at if status == "resolved" else None,
+        received_at=at, environment="prod", service=f"svc-{run}-{group}")
+
+
+def events(count: int) -> list[OutboxMessage]:
+    """The mix: per group 5 firing then 5 resolved; every tenth group sends one event twice."""
+    run, now, out = uuid.uuid4().hex[:6], datetime.now(UTC), []
+    group = 0
+    while len(out) < count:
+        batch = [_alert(group, m, s, at=now + timedelta(seconds=i), run=run)
+                 for i, (s, m) in enumerate((s, m) for s in (AlertStatus.FIRING, AlertStatus.RESOLVED)
+                                            for m in range(GROUP))]
+        if group % 10 == 9:
+            batch.insert(3, batch[2].model_copy(update={"event_id": str(uuid.uuid4())}))
+        out += batch
+        group += 1
+    return [_message(e) for e in out[:count]]
+
+
+def _message(alert: AlertEvent) -> OutboxMessage:
+    envelope = Envelope(message_id=alert.event_id, type="alert.received", tenant_id=alert.tenant_id,
+                        occurred_at=alert.received_at, payload=alert.model_dump(mode="json"))
+    return OutboxMessage(topic="", key=f"{alert.tenant_id}:{alert.fingerprint}", envelope=envelope)
+
+
+@asynccontextmanager
+async def database(backend: str, url: str | None, workdir: Path) -> AsyncIterator[Database]:
+    """A migrated, empty database: a SQLite file, or a throwaway PostgreSQL schema."""
+    schema = None
+    if backend == "sqlite":
+        db = Database.create(f"sqlite:///{workdir / f'bench-{uuid.uuid4().hex[:8]}.db'}")
+    else:
+        assert url is not None
+        schema = f"bench_{uuid.uuid4().hex[:10]}"
+        conn = await asyncpg.connect(url)
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.close()
+        db = Database.create(url, schema=schema)
+    try:
+        await upgrade(db)
+        yield db
+    finally:
+        await db.close()
+        if schema:
+            conn = await asyncpg.connect(url)
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            await conn.close()
+
+
+class Timing:
+    """First and last applied event, as the runner reports them."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def __call__(self, outcome: RecordOutcome) -> None:
+        if outcome.outcome in (Outcome.PROCESSED, Outcome.DUPLICATE):
+            self.last = time.perf_counter()
+            self.first = self.first or self.last
+
+    def rate(self, count: int) -> int:
+        """Events/s from the first applied event to the last."""
+        if self.first is None or self.last is None or count < 2:
+            return 0
+        return round((count - 1) / max(self.last - self.first, 1e-9))
+
+
+@dataclass(frozen=True)
+class Rig:
+    """What every measurement runs on."""
+
+    kafka: EmbeddedKafka
+    producer: BusProducer
+    noise: NoiseState
+    args: argparse.Namespace
+
+
+def _runner(rig: Rig, db: Database, *, environment: str, timing: Callable[[RecordOutcome], None]) -> ConsumerRunner:
+    args = rig.args
+    handler = TriageHandler(settings=TriageSettings(), environment=environment, clock=SystemClock(), noise=rig.noise)
+    return ConsumerRunner(
+        bootstrap=rig.kafka.bootstrap, group_id=f"bench-triage-{environment}", name="triage",
+        topics=[topic_name(Topic.ALERTS, environment)], handler=handler, producer=rig.producer,
+        dlq_topic=topic_name(Topic.DLQ, environment), db=db, on_outcome=timing, finish_batch=handler.finish,
+        settings=ConsumerSettings(session_timeout=timedelta(seconds=2), fetch_wait=timedelta(milliseconds=100),
+                                  batch_size=args.batch_size, max_records=args.batch_size * 2))
+
+
+def _done(runner: ConsumerRunner) -> int:
+    return runner.stats.processed + runner.stats.duplicates + runner.stats.dead_lettered
+
+
+async def _publish(producer: BusProducer, topic: str, messages: list[OutboxMessage]) -> None:
+    await producer.publish_many([m.model_copy(update={"topic": topic}) for m in messages])
+
+
+async def drain(rig: Rig, db: Database) -> dict:
+    args, environment = rig.args, f"bench{uuid.uuid4().hex[:8]}"
+    await ensure_topics(rig.kafka.bootstrap, environment, partitions=args.partitions)
+    messages, topic = events(args.ops), topic_name(Topic.ALERTS, environment)
+    for start in range(0, len(messages), 1000):
+        await _publish(rig.producer, topic, messages[start:start + 1000])
+    timing = Timing()
+    runner = _runner(rig, db, environment=environment, timing=timing)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    deadline = time.perf_counter() + 120 + args.ops / 100
+    while _done(runner) < args.ops and time.perf_counter() < deadline and not task.done():
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 60)
+    if _done(runner) < args.ops or timing.first is None or timing.last is None:
+        raise RuntimeError(f"only {_done(runner)} of {args.ops} applied: {runner.stats}")
+    return {"events": args.ops, "events_per_s": timing.rate(args.ops),
+            "retries": runner.stats.retries}
+
+
+async def sustained(rig: Rig, db: Database) -> dict:
+    """Triage consumes while a producer in another process sends ``--rate`` events/s."""
+    args, environment = rig.args, f"bench{uuid.uuid4().hex[:8]}"
+    await ensure_topics(rig.kafka.bootstrap, environment, partitions=args.partitions)
+    topic = topic_name(Topic.ALERTS, environment)
+    warm, timing = Timing(), Timing()
+    runner = _runner(rig, db, environment=environment, timing=lambda o: (timing if warm.first else warm)(o))
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    await _publish(rig.producer, topic, events(1))
+    while _done(runner) < 1 and not task.done():  # the group join is not part of the measurement
+        await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    samples, produced = await _produce_elsewhere(rig, topic, runner=runner)
+    while _done(runner) < args.ops and time.perf_counter() - started < 600 and not task.done():
+        await asyncio.sleep(0.05)
+    drained = time.perf_counter() - started
+    stop.set()
+    await asyncio.wait_for(task, 60)
+    return {"events": args.ops, "target_rate": args.rate, "produced_per_s": produced, "consumed": _done(runner),
+            "consumed_per_s": timing.rate(_done(runner) - 1), "drained_s": round(drained, 1),
+            "lag_samples": samples, "max_lag": max(samples, default=0),
+            "lag_slope_per_s": round(_slope(samples), 1), "kept_up": _kept_up(samples, args.rate)}
+
+
+async def _produce_elsewhere(rig: Rig, topic: str, *, runner: ConsumerRunner) -> tuple[list[int], int]:
+    """Run ``--produce`` in a child process (so producing does not share triage's CPU and loop),
+    sampling triage's lag every second until the child is done; returns (samples, its rate)."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--produce", topic, "--bootstrap", rig.kafka.bootstrap,
+        "--ops", str(rig.args.ops - 1), "--rate", str(rig.args.rate), stdout=asyncio.subprocess.PIPE)
+    samples: list[int] = []
+    while child.returncode is None:
+        try:
+            await asyncio.wait_for(child.wait(), 1.0)
+        except TimeoutError:
+            samples.append(sum(runner.lag().values()))
+    output = (await child.stdout.read()).decode() if child.stdout else ""
+    return samples, json.loads(output or '{"produced_per_s": 0}')["produced_per_s"]
+
+
+async def produce(topic: str, bootstrap: str, *, ops: int, rate: int) -> None:
+    """``--produce``: send ``ops`` events at ``rate``/s in 100 ms ticks; print the achieved rate."""
+    messages = events(ops)
+    per_tick = max(1, rate // 10)
+    async with BusProducer(bootstrap) as producer:
+        started = time.perf_counter()
+        for tick, start in enumerate(range(0, len(messages), per_tick)):
+            await _publish(producer, topic, messages[start:start + per_tick])
+            await asyncio.sleep(max(0.0, started + (tick + 1) / 10 - time.perf_counter()))
+        print(json.dumps({"produced_per_s": round(len(messages) / (time.perf_counter() - started))}), flush=True)
+
+
+def _slope(samples: list[int]) -> float:
+    """Least-squares growth of the lag, in events per second (samples are one second apart)."""
+    if len(samples) < 2:
+        return 0.0
+    xs = range(len(samples))
+    mean_x, mean_y = statistics.mean(xs), statistics.mean(samples)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, samples, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs)
+
+
+def _kept_up(samples: list[int], rate: int) -> bool:
+    """Flat: in the second half never a second of events behind, and not growing by 5% of the rate per second."""
+    if not samples:
+        return False
+    second_half = samples[len(samples) // 2:]
+    return max(second_half) < rate and _slope(samples) < rate * 0.05
+
+
+async def noise_state(url: str | None) -> tuple[NoiseState, Redis | None]:
+    if not url:
+        return NoNoiseState(), None
+    client = Redis.from_url(url, socket_connect_timeout=0.5)
+    try:
+        await client.ping()
+    except Exception:  # no Redis here: measure without the noise read
+        await client.aclose()
+        return NoNoiseState(), None
+    return RedisNoiseState(client, prefix=f"bench:{uuid.uuid4().hex[:6]}:"), client
+
+
+async def main(args: argparse.Namespace) -> None:
+    backends = ["sqlite"] + (["postgresql"] if args.database_url else [])
+    noise, client = await noise_state(args.redis_url)
+    with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
+        async with EmbeddedKafka(Path(tmp) / "kafka") as kafka, BusProducer(kafka.bootstrap) as producer:
+            progress(f"broker on {kafka.bootstrap}; noise state: {type(noise).__name__}")
+            for backend in backends:
+                for mode in (drain, sustained):
+                    async with database(backend, args.database_url, Path(tmp)) as db:
+                        progress(f"{backend}: {mode.__name__} of {args.ops} events")
+                        result = await mode(Rig(kafka, producer, noise, args), db)
+                    line = {"bench": "triage", "mode": mode.__name__, "backend": backend,
+                            "batch_size": args.batch_size, "partitions": args.partitions,
+                            "noise": type(noise).__name__, **result}
+                    print(json.dumps(line), flush=True)
+    if client is not None:
+        await client.aclose()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=20_000, help="events per measurement")
+    parser.add_argument("--rate", type=int, default=1_000, help="events/s produced in the sustained run")
+    parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="noise state; '' to switch it off")
+    parser.add_argument("--batch-size", type=int, default=200, help="events per database transaction")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--produce", metavar="TOPIC", help=argparse.SUPPRESS)  # the sustained run's producer
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parsed = parse()
+    if parsed.produce:
+        asyncio.run(produce(parsed.produce, parsed.bootstrap, ops=parsed.ops, rate=parsed.rate))
+    else:
+        asyncio.run(main(parsed))

@@ -1,0 +1,1 @@
+"""Bounded investigators: one loop per branch step, under the coordinator's binding."""

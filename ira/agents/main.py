@@ -1,0 +1,181 @@
+"""The ``agents`` role: the composition root of the investigators.
+
+Builds the connectors and policies from ``settings.agents``, one branch handler per kind
+(``metrics``, ``logs``, ``runbooks``), the step dispatcher, and a consumer of step wake-ups
+(plain mode: the claim is the dedupe). Wake-ups are handed to a bounded pool so that the three
+branches of a run (one partition: keyed by run) investigate at the same time. The offset may
+thus be committed before a branch finishes; if the process dies, the step's lease expires and
+the scanner wakes it again, and the new owner replays the committed turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ira.agents.handler import BranchHandler
+from ira.agents.loop import BranchLoop, LoopLimits
+from ira.agents.policies import Policy
+from ira.agents.policies.rules import rule_policy
+from ira.agents.redact import Redactor
+from ira.connectors.bound import ConnectorSet
+from ira.connectors.deployments import SqlChangeSource
+from ira.connectors.logs.jsonl import JsonlLogSource
+from ira.connectors.logs.loki import LokiLogSource
+from ira.connectors.prometheus import PrometheusMetricSource
+from ira.connectors.recorded import recorded_connectors
+from ira.connectors.runbooks import FileRunbookSource
+from ira.core.clock import Clock
+from ira.core.envelope import Envelope, Topic
+from ira.core.investigation import BranchKind
+from ira.runtime.dispatch import StepDispatcher, StepHandler
+from ira.runtime.settings import Settings
+from ira.runtime.settings.agents import AgentsSettings, LlmProviderSettings
+from ira.runtime.store.database import Database
+from ira.runtime.wakeup import STEP_READY
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from ira.runtime.platform import Platform
+
+log = logging.getLogger(__name__)
+
+GROUP_ID = "ira-agents"
+
+
+async def _http(stack: AsyncExitStack, url: str, timeout: timedelta) -> httpx.AsyncClient:
+    return await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=timeout.total_seconds()))
+
+
+async def build_connectors(settings: AgentsSettings, db: Database, stack: AsyncExitStack) -> ConnectorSet:
+    """Live connectors from the configuration (or a recording, which then answers everything)."""
+    if settings.recorded_bundle is not None:
+        return recorded_connectors(settings.recorded_bundle)
+    metrics: PrometheusMetricSource | None = None
+    logs: LokiLogSource | JsonlLogSource | None = None
+    if (prom := settings.prometheus) is not None:
+        metrics = PrometheusMetricSource(await _http(stack, prom.url, prom.timeout), max_bytes=prom.max_bytes,
+                                         max_series=prom.max_series)
+    if (loki := settings.loki) is not None:
+        logs = LokiLogSource(await _http(stack, loki.url, loki.timeout), service_label=loki.service_label)
+    elif settings.jsonl_logs is not None:
+        logs = JsonlLogSource(settings.jsonl_logs.paths)
+    runbooks = FileRunbookSource(settings.runbooks_dir) if settings.runbooks_dir else None
+    return ConnectorSet(metrics=metrics, logs=logs, runbooks=runbooks, changes=SqlChangeSource(db))
+
+
+def llm_client(provider: LlmProviderSettings):  # type: ignore[no-untyped-def]
+    """The SDK client of a provider; retries are the loop's business, so the SDK makes none."""
+    key = provider.api_key.get_secret_value() if provider.api_key else "unset"
+    timeout = provider.timeout.total_seconds()
+    if provider.kind == "anthropic":
+        import anthropic
+
+        from ira.connectors.llm.anthropic import AnthropicChatClient
+
+        return AnthropicChatClient(anthropic.AsyncAnthropic(api_key=key, base_url=provider.base_url,
+                                                            timeout=timeout, max_retries=0))
+    import openai
+
+    from ira.connectors.llm.openai import OpenAiChatClient
+
+    return OpenAiChatClient(openai.AsyncOpenAI(api_key=key, base_url=provider.base_url, timeout=timeout,
+                                               max_retries=0))
+
+
+def build_policy(kind: BranchKind, settings: AgentsSettings) -> Policy:
+    section = getattr(settings, kind.value)
+    if section.policy == "rules":
+        return rule_policy(kind, section)
+    from ira.agents.policies.llm import LlmPolicy
+
+    provider = settings.provider(section.provider)
+    return LlmPolicy(client=llm_client(provider), provider=provider, price=settings.price(provider.model),
+                     observation_chars=settings.observation_chars)
+
+
+def build_handlers(
+    settings: Settings, *, db: Database, clock: Clock, connectors: ConnectorSet
+) -> dict[str, StepHandler]:
+    agents = settings.agents
+    redactor = Redactor([*settings.secret_values(), *(s.get_secret_value() for s in agents.redact)])
+    limits = LoopLimits(max_turns=agents.max_turns, no_progress_repeats=agents.no_progress_repeats,
+                        max_denials=agents.max_denials, tool_timeout=agents.tool_timeout,
+                        artifact_max_bytes=settings.artifact_max_bytes)
+    policies = {kind: build_policy(kind, agents) for kind in BranchKind}
+
+    def loop_for(kind: BranchKind) -> BranchLoop:
+        return BranchLoop(db=db, clock=clock, policy=policies[kind], connectors=connectors, redactor=redactor,
+                          limits=limits)
+
+    return {kind.value: BranchHandler(kind=kind, db=db, clock=clock, loop_for=loop_for,
+                                      artifact_max_bytes=settings.artifact_max_bytes) for kind in BranchKind}
+
+
+@dataclass
+class WakeupPool:
+    """Runs up to ``size`` claimed steps at once; a full pool makes the consumer wait (backpressure)."""
+
+    dispatcher: StepDispatcher
+    size: int
+    _slots: asyncio.Semaphore = field(init=False)
+    _running: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._slots = asyncio.Semaphore(self.size)
+
+    async def handle(self, envelope: Envelope, meta: object) -> None:
+        if envelope.type != STEP_READY or envelope.payload.get("kind") not in self.dispatcher.handlers:
+            return
+        await self._slots.acquire()
+        task = asyncio.create_task(self._run(envelope))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, envelope: Envelope) -> None:
+        try:
+            await self.dispatcher.handle_wakeup(envelope)
+        except Exception:  # a worker task: the step's lease expires and the scanner wakes it again
+            log.exception("agents: wake-up %s failed", envelope.message_id)
+        finally:
+            self._slots.release()
+
+    async def drain(self) -> None:
+        """Stop: cancel what runs (its steps go back to others when their leases expire)."""
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+
+
+class AgentsRole:
+    """``ira worker --role agents``."""
+
+    name = "agents"
+
+    def routers(self, platform: Platform) -> Sequence[APIRouter]:
+        return ()
+
+    async def run(self, platform: Platform, stop: asyncio.Event) -> None:
+        from ira.runtime.wiring import build_consumer, build_dispatcher
+
+        async with AsyncExitStack() as stack:
+            connectors = await build_connectors(platform.settings.agents, platform.db, stack)
+            handlers = build_handlers(platform.settings, db=platform.db, clock=platform.clock, connectors=connectors)
+            pool = WakeupPool(build_dispatcher(platform, "agents", handlers), platform.settings.agents.concurrency)
+            consumer = build_consumer(platform, name="agents-steps", topics=[Topic.STEPS], handler=pool.handle,
+                                      inbox=False, group_id=GROUP_ID)
+            try:
+                await consumer.run(stop)
+            finally:
+                await pool.drain()
+
+
+role = AgentsRole()

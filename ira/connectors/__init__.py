@@ -1,0 +1,1 @@
+"""Adapters to outside systems; each implements a port from ``ira.core.ports``."""

@@ -1,0 +1,30 @@
+"""The set of read-only connectors an investigator is bound to.
+
+Live connectors answer any window. A recording answers relative to the window it was made
+in, so a recorded set is *anchored* to each branch's window before use (``for_window``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from ira.core.ports import ChangeSource, LogSource, MetricSource, RunbookSource
+
+
+@dataclass(frozen=True)
+class ConnectorSet:
+    """Which system serves each kind of question; None means not configured."""
+
+    metrics: MetricSource | None = None
+    logs: LogSource | None = None
+    runbooks: RunbookSource | None = None
+    changes: ChangeSource | None = None
+    origin: str = "live"
+    """``live`` or ``recorded:<bundle id>``: written on every observation."""
+    anchor: Callable[[datetime], ConnectorSet] | None = None
+    """For recordings: the same connectors, shifted so the recording ends at the given time."""
+
+    def for_window(self, window_end: datetime) -> ConnectorSet:
+        return self if self.anchor is None else self.anchor(window_end)

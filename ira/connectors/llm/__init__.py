@@ -1,0 +1,1 @@
+"""LLM providers behind the ``LlmClient`` port: OpenAI-compatible chat completions, Anthropic messages."""

@@ -1,0 +1,1 @@
+"""Log sources: Loki over HTTP, and JSON-lines files (the embedded default)."""

@@ -1,0 +1,218 @@
+"""Observations served from a scenario bundle (replay, the demo), and the recorder that makes them.
+
+A bundle directory holds ``bundle.json`` (id, tenant, service, the recorded window),
+``observations.jsonl`` (one line per connector call: ``port``, ``request``, ``result``) and
+``runbooks/``. Replaying anchors the recording to the new window: every time in a recorded
+answer moves by ``new window end - recorded window end``, and a request is matched to the
+recorded call of the same port and key whose shifted time range is closest. Runbooks are
+served by a real ``FileRunbookSource`` over the bundle's own runbooks. Nothing here touches
+the network: a call with no recording is refused (``not_recorded``), never made live.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ira.connectors.bound import ConnectorSet
+from ira.connectors.runbooks import FileRunbookSource
+from ira.core.errors import ConnectorRejectedError
+from ira.core.model import Model
+from ira.core.ports import ChangeSource, LogSource, MetricSource
+from ira.core.signals import (
+    READ_ONLY_RETRY,
+    ChangeQuery,
+    ChangeResult,
+    LogQuery,
+    LogResult,
+    MetricResult,
+    MetricSeries,
+    RetryContract,
+)
+
+SYSTEM = "recorded"
+_RANGE = re.compile(r"\[[0-9smhdwy]+\]")
+
+
+class NotRecordedError(ConnectorRejectedError):
+    code = "not_recorded"
+
+
+class BundleInfo(Model):
+    bundle_id: str
+    tenant_id: str
+    environment: str
+    service: str
+    alert_name: str
+    window_start: datetime
+    window_end: datetime
+    description: str = ""
+    version: str | None = None
+
+
+class Recording(Model):
+    port: str
+    """``metrics.query_range``, ``metrics.query``, ``logs.search``, ``changes.list``."""
+    key: str
+    start: datetime
+    end: datetime
+    request: dict[str, Any]
+    result: dict[str, Any]
+
+
+def query_key(query: str) -> str:
+    """PromQL with its range selectors blanked: ``rate(x[5s])`` matches ``rate(x[1m])``."""
+    return _RANGE.sub("[]", " ".join(query.split()))
+
+
+@dataclass
+class _Recordings:
+    entries: list[Recording]
+    shift: timedelta = timedelta(0)
+
+    def find(self, port: str, key: str, *, start: datetime, end: datetime) -> Recording:
+        found = [r for r in self.entries if r.port == port and r.key == key]
+        if not found:
+            raise NotRecordedError(SYSTEM, f"no recording of {port} for {key!r}")
+        return min(found, key=lambda r: abs((r.start + self.shift - start).total_seconds())
+                   + abs((r.end + self.shift - end).total_seconds()))
+
+
+class RecordedMetricSource:
+    retry: RetryContract = READ_ONLY_RETRY
+
+    def __init__(self, recordings: _Recordings) -> None:
+        self._rec = recordings
+
+    async def query_range(self, query: str, *, start: datetime, end: datetime, step: timedelta) -> MetricResult:
+        return self._answer("metrics.query_range", query, start=start, end=end)
+
+    async def query(self, query: str, *, at: datetime) -> MetricResult:
+        return self._answer("metrics.query", query, start=at, end=at)
+
+    def _answer(self, port: str, query: str, *, start: datetime, end: datetime) -> MetricResult:
+        rec = self._rec.find(port, query_key(query), start=start, end=end)
+        result, shift = MetricResult.model_validate(rec.result), self._rec.shift
+        series = tuple(MetricSeries(labels=s.labels, points=tuple((t + shift, v) for t, v in s.points))
+                       for s in result.series)
+        return result.model_copy(update={"query": query, "start": start, "end": end, "series": series})
+
+
+class RecordedLogSource:
+    retry: RetryContract = READ_ONLY_RETRY
+
+    def __init__(self, recordings: _Recordings) -> None:
+        self._rec = recordings
+
+    async def search(self, query: LogQuery) -> LogResult:
+        rec = self._rec.find("logs.search", log_key(query), start=query.start, end=query.end)
+        result = LogResult.model_validate(rec.result)
+        lines = tuple(line.model_copy(update={"at": line.at + self._rec.shift}) for line in result.lines)
+        return result.model_copy(update={"query": query, "lines": lines})
+
+
+class RecordedChangeSource:
+    retry: RetryContract = READ_ONLY_RETRY
+
+    def __init__(self, recordings: _Recordings) -> None:
+        self._rec = recordings
+
+    async def list_changes(self, query: ChangeQuery) -> ChangeResult:
+        rec = self._rec.find("changes.list", query.service, start=query.start, end=query.end)
+        result = ChangeResult.model_validate(rec.result)
+        found = tuple(c.model_copy(update={"at": c.at + self._rec.shift}) for c in result.changes)
+        return result.model_copy(update={"query": query, "changes": found})
+
+
+def log_key(query: LogQuery) -> str:
+    return json.dumps([query.service, query.min_level, query.text])
+
+
+def read_bundle(directory: Path) -> tuple[BundleInfo, list[Recording]]:
+    info = BundleInfo.model_validate_json((directory / "bundle.json").read_text(encoding="utf-8"))
+    path = directory / "observations.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return info, [Recording.model_validate_json(line) for line in lines if line.strip()]
+
+
+def recorded_connectors(directory: Path) -> ConnectorSet:
+    """The connectors to bind for a bundle: anchored to each branch's window on use."""
+    info, entries = read_bundle(directory)
+    runbooks = FileRunbookSource(directory / "runbooks")
+
+    def anchored(window_end: datetime) -> ConnectorSet:
+        rec = _Recordings(entries, shift=window_end - info.window_end)
+        return ConnectorSet(metrics=RecordedMetricSource(rec), logs=RecordedLogSource(rec), runbooks=runbooks,
+                            changes=RecordedChangeSource(rec), origin=f"recorded:{info.bundle_id}")
+
+    return ConnectorSet(**{**anchored(info.window_end).__dict__, "anchor": anchored})
+
+
+@dataclass
+class Recorder:
+    """Wraps live connectors and keeps every answer, to be written as ``observations.jsonl``."""
+
+    entries: list[Recording] = field(default_factory=list)
+
+    def wrap(self, live: ConnectorSet) -> ConnectorSet:
+        return ConnectorSet(metrics=_RecordingMetrics(live.metrics, self.add) if live.metrics else None,
+                            logs=_RecordingLogs(live.logs, self.add) if live.logs else None, runbooks=live.runbooks,
+                            changes=_RecordingChanges(live.changes, self.add) if live.changes else None,
+                            origin=live.origin)
+
+    def add(self, port: str, key: str, *, start: datetime, end: datetime, request: dict[str, Any],
+            result: Model) -> None:
+        self.entries.append(Recording(port=port, key=key, start=start, end=end, request=request,
+                                      result=result.model_dump(mode="json")))
+
+    def write(self, path: Path) -> None:
+        path.write_text("".join(e.model_dump_json() + "\n" for e in self.entries), encoding="utf-8")
+
+
+_Add = Callable[..., None]
+
+
+@dataclass
+class _RecordingMetrics:
+    inner: MetricSource
+    add: _Add
+
+    async def query_range(self, query: str, *, start: datetime, end: datetime, step: timedelta) -> MetricResult:
+        result = await self.inner.query_range(query, start=start, end=end, step=step)
+        self.add("metrics.query_range", query_key(query), start=start, end=end,
+                 request={"query": query, "step_seconds": step.total_seconds()}, result=result)
+        return result
+
+    async def query(self, query: str, *, at: datetime) -> MetricResult:
+        result = await self.inner.query(query, at=at)
+        self.add("metrics.query", query_key(query), start=at, end=at, request={"query": query}, result=result)
+        return result
+
+
+@dataclass
+class _RecordingLogs:
+    inner: LogSource
+    add: _Add
+
+    async def search(self, query: LogQuery) -> LogResult:
+        result = await self.inner.search(query)
+        self.add("logs.search", log_key(query), start=query.start, end=query.end,
+                 request=query.model_dump(mode="json"), result=result)
+        return result
+
+
+@dataclass
+class _RecordingChanges:
+    inner: ChangeSource
+    add: _Add
+
+    async def list_changes(self, query: ChangeQuery) -> ChangeResult:
+        result = await self.inner.list_changes(query)
+        self.add("changes.list", query.service, start=query.start, end=query.end,
+                 request=query.model_dump(mode="json"), result=result)
+        return result

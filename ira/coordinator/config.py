@@ -1,0 +1,37 @@
+"""The coordinator's view of the configuration: one frozen object built by ``main.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ira.core.budget import BudgetDimension
+from ira.runtime.settings import Settings
+
+
+@dataclass(frozen=True)
+class WorkflowConfig:
+    """What ``incident-diagnosis@1`` needs to know; tests build it directly."""
+
+    environment: str = "prod"
+    window_before: timedelta = timedelta(minutes=30)
+    branch_deadline: timedelta = timedelta(minutes=10)
+    approval_expiry: timedelta = timedelta(minutes=30)
+    operation_deadline: timedelta = timedelta(minutes=5)
+    on_required_failure: str = "human_review"
+    root_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
+        BudgetDimension.STEPS: 60, BudgetDimension.TOOL_CALLS: 120})
+    branch_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
+        BudgetDimension.STEPS: 12, BudgetDimension.TOOL_CALLS: 30})
+    artifact_max_bytes: int = 1024 * 1024
+    approver_role: str = "approver"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkflowConfig:
+        c = settings.coordinator
+        return cls(environment=settings.environment, window_before=c.window_before,
+                   branch_deadline=c.branch_deadline, approval_expiry=settings.approval_expiry,
+                   operation_deadline=c.operation_deadline, on_required_failure=c.on_required_failure,
+                   root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
+                   artifact_max_bytes=settings.artifact_max_bytes)

@@ -1,0 +1,18 @@
+"""What every coordinator flow is handed: built once by ``main.py`` (or a test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ira.coordinator.config import WorkflowConfig
+from ira.core.clock import Clock
+from ira.core.ports import TicketSystem
+from ira.runtime.store.database import Database
+
+
+@dataclass(frozen=True)
+class Deps:
+    db: Database
+    clock: Clock
+    config: WorkflowConfig
+    tickets: TicketSystem

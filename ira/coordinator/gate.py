@@ -1,0 +1,187 @@
+"""The approval gate of ``create_ticket``: ask, decide, expire, and re-ask for a new draft.
+
+``ask`` is one transaction: the run waits (its worker released), the Approval binds the
+draft hash, the incident version, the role and the expiry; a WorkItem, the notification and
+a durable expiry timer are written with it. A decision applies only through
+:func:`ira.coordinator.approval.judge`; an approval only makes ``approve_ticket`` claimable
+again: it is re-claimed with a new epoch and checks the approval still binds the current
+draft before it finishes, so no permission from before the wait is reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator import records
+from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Verdict, judge, target_state
+from ira.coordinator.config import WorkflowConfig
+from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
+from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
+from ira.coordinator.notify import APPROVAL_REQUESTED, request_notification
+from ira.coordinator.records import DraftRecord
+from ira.coordinator.report import TicketDraft, canonical_json
+from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
+from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.errors import ConcurrentUpdateError
+from ira.core.ids import new_id
+from ira.core.operation import Approval, WorkItem
+from ira.core.run import Claim, Run
+from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkItemState
+from ira.runtime.store import runs, timers
+from ira.runtime.wakeup import step_wakeup
+
+
+async def ask(
+    conn: AsyncConnection, run: Run, draft: DraftRecord, *, config: WorkflowConfig, at: datetime,
+    claim: Claim | None = None, events: Sequence[EventDraft] = (),
+) -> Approval:
+    """WAITING(approval) for ``draft`` and the incident as it is now. ``claim`` is the asking
+    step's (approve_ticket; create_ticket if the incident moved on after an approval): that
+    step waits, and is the one an approval makes READY again."""
+    step_id = claim.step_id if claim else APPROVE_TICKET
+    approval = Approval(
+        approval_id=new_id("apr"), tenant_id=run.tenant_id, run_id=run.run_id, step_id=step_id,
+        action=CREATE_TICKET_ACTION, payload_hash=draft.ref, resource_version=await incident_version(conn, run),
+        required_role=config.approver_role, state=ApprovalState.PENDING, expires_at=at + config.approval_expiry,
+        created_at=at)
+    await _record_request(conn, run, approval, draft=draft, at=at)
+    message = await request_notification(conn, run, kind=APPROVAL_REQUESTED, config=config, at=at,
+                                         data=await _approval_data(conn, run, approval, draft=draft))
+    await runs.commit(conn, RunCommit(
+        tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.WAITING,
+        wait_kind=WaitKind.APPROVAL, fence=fence(claim) if claim else None,
+        steps=(StepChange(step_id=step_id, state=StepState.WAITING),) if claim else (),
+        events=(*events, EventDraft(type="APPROVAL_REQUESTED", data={
+            "approval_id": approval.approval_id, "payload_hash": draft.ref, "draft_version": draft.version,
+            "resource_version": approval.resource_version, "required_role": approval.required_role,
+            "expires_at": approval.expires_at.isoformat()})),
+        outbox=(message,)), at=at)
+    return approval
+
+
+async def _record_request(conn: AsyncConnection, run: Run, approval: Approval, *, draft: DraftRecord,
+                          at: datetime) -> None:
+    """The Approval, a person's WorkItem and the durable expiry timer."""
+    await records.insert_approval(conn, approval)
+    await records.open_work_item(conn, WorkItem(
+        work_item_id=new_id("wi"), tenant_id=run.tenant_id, kind="approval", run_id=run.run_id,
+        state=WorkItemState.OPEN, created_at=at, summary=f"Approve ticket draft v{draft.version} for "
+        f"incident {run.incident_id}", facts={"approval_id": approval.approval_id, "draft_ref": draft.ref}))
+    await timers.schedule_timer(conn, timers.Timer(
+        tenant_id=run.tenant_id, timer_id=expiry_timer_id(approval.approval_id), kind=APPROVAL_EXPIRY_TIMER,
+        due_at=approval.expires_at, run_id=run.run_id, step_id=APPROVE_TICKET,
+        payload={"approval_id": approval.approval_id}))
+
+
+async def _approval_data(conn: AsyncConnection, run: Run, approval: Approval, *,
+                         draft: DraftRecord) -> dict[str, object]:
+    doc = await load_model(conn, run.tenant_id, draft.ref, model=TicketDraft)
+    content = doc.request.model_dump(mode="json") if doc else {}
+    return {"approval_id": approval.approval_id, "incident_id": run.incident_id, "draft_ref": draft.ref,
+            "draft_version": draft.version, "expires_at": approval.expires_at.isoformat(),
+            "required_role": approval.required_role, "decision_path": f"/v1/approvals/{approval.approval_id}/decision",
+            "title": content.get("title"), "severity": content.get("severity"), "body": content.get("body")}
+
+
+async def decide(
+    conn: AsyncConnection, tenant_id: str, approval_id: str, *, choice: Choice, principal: str,
+    roles: frozenset[str], reason: str | None, config: WorkflowConfig, at: datetime,
+) -> tuple[Approval, Judgement]:
+    """Judge and, if it may, apply one decision; a refusal is recorded on the run's log."""
+    run, approval = await _locked(conn, tenant_id, approval_id)
+    draft = await records.current_draft(conn, tenant_id, run.run_id)
+    judgement = judge(DecisionCheck(
+        approval=approval, choice=choice, principal=principal, roles=roles, now=at,
+        current_draft_ref=draft.ref if draft else None, current_resource_version=await incident_version(conn, run),
+        run_waiting_for_approval=run.state == RunState.WAITING and run.wait_kind == WaitKind.APPROVAL))
+    if judgement.verdict == Verdict.REFUSE:
+        await runs.append_events(conn, tenant_id, run.run_id, [EventDraft(type="APPROVAL_DECISION_REFUSED", data={
+            "approval_id": approval_id, "principal": principal, "decision": choice.value,
+            "code": judgement.code, "message": judgement.message})], at=at)
+    if judgement.verdict != Verdict.APPLY:
+        return approval, judgement
+    if not await records.settle_approval(conn, approval, target_state(choice), at=at, by=principal, reason=reason):
+        raise ConcurrentUpdateError(f"approval {approval_id} was decided concurrently")
+    await timers.cancel_timer(conn, tenant_id, expiry_timer_id(approval_id), now=at)
+    await _apply(conn, run, approval, choice=choice, principal=principal, config=config, at=at)
+    return await records.get_approval(conn, tenant_id, approval_id), judgement
+
+
+async def _apply(
+    conn: AsyncConnection, run: Run, approval: Approval, *, choice: Choice, principal: str,
+    config: WorkflowConfig, at: datetime,
+) -> None:
+    decided = EventDraft(type=f"APPROVAL_{target_state(choice).name}", data={
+        "approval_id": approval.approval_id, "principal": principal, "payload_hash": approval.payload_hash,
+        "resource_version": approval.resource_version})
+    await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
+    if choice == Choice.REJECT:
+        await end_run(conn, run, state=RunState.FAILED, outcome="approval_rejected", config=config, at=at,
+                      step_states={approval.step_id: StepState.FAILED}, events=(decided,))
+        return
+    wakeup = step_wakeup(run.tenant_id, run.run_id, approval.step_id, kind=approval.step_id,
+                         environment=config.environment, at=at)
+    await runs.commit(conn, RunCommit(
+        tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
+        steps=(StepChange(step_id=approval.step_id, state=StepState.READY),), events=(decided,), outbox=(wakeup,)),
+        at=at)
+
+
+async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord) -> Approval | None:
+    """An APPROVED approval that still binds the current draft and incident version."""
+    version = await incident_version(conn, run)
+    usable = [a for a in await records.list_approvals(conn, run.tenant_id, run.run_id)
+              if a.state == ApprovalState.APPROVED and a.payload_hash == draft.ref and a.resource_version == version]
+    return usable[-1] if usable else None
+
+
+async def _locked(conn: AsyncConnection, tenant_id: str, approval_id: str) -> tuple[Run, Approval]:
+    """The run locked first, then the approval read fresh: every approval writer holds the run
+    lock, so what is read here cannot change before this transaction commits."""
+    approval = await records.get_approval(conn, tenant_id, approval_id)
+    run = await lock_run(conn, tenant_id, approval.run_id)
+    return run, await records.get_approval(conn, tenant_id, approval_id)
+
+
+async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, config: WorkflowConfig,
+                 at: datetime) -> bool:
+    """The expiry timer fired: no decision came in time, so the run ends without a ticket."""
+    run, approval = await _locked(conn, tenant_id, approval_id)
+    if approval.state != ApprovalState.PENDING or at < approval.expires_at:
+        return False
+    await records.settle_approval(conn, approval, ApprovalState.EXPIRED, at=at, reason="expired")
+    if run.state != RunState.WAITING:
+        return True
+    await end_run(conn, run, state=RunState.FAILED, outcome="approval_expired", config=config, at=at,
+                  step_states={approval.step_id: StepState.FAILED}, detail={"approval_id": approval_id},
+                  events=(EventDraft(type="APPROVAL_EXPIRED", data={"approval_id": approval_id}),))
+    return True
+
+
+async def revise(
+    conn: AsyncConnection, run: Run, *, reason: str, config: WorkflowConfig, at: datetime,
+    new_version: int | None = None, edit: dict[str, str] | None = None, note: str | None = None,
+) -> Approval | None:
+    """A new draft version (new evidence or a human edit) needs a new approval; the old one
+    is invalidated and can never authorize it. Only while the run waits for approval."""
+    if run.state != RunState.WAITING or run.wait_kind != WaitKind.APPROVAL:
+        return None
+    current = await records.current_draft(conn, run.tenant_id, run.run_id)
+    doc = await load_model(conn, run.tenant_id, current.ref if current else None, model=TicketDraft)
+    if current is None or doc is None:
+        return None
+    version = new_version or current.incident_version
+    body = doc.request.body + (f"\n\n## Update (incident version {version})\n- {note}" if note else "")
+    request = doc.request.model_copy(update={"body": body, **(edit or {})})
+    revised = doc.model_copy(update={"request": request, "incident_version": version})
+    ref = await store_json(conn, run.tenant_id, canonical_json(revised), config=config, at=at)
+    draft = await records.add_draft(conn, run.tenant_id, run.run_id, ref=ref.ref, incident_version=version,
+                                    reason=reason, at=at)
+    invalidated = await invalidate_pending(conn, run, reason=reason, at=at)
+    await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
+    revised_event = EventDraft(type="DRAFT_REVISED", data={"draft_ref": draft.ref, "version": draft.version,
+                                                           "reason": reason, "incident_version": version})
+    return await ask(conn, run, draft, config=config, at=at, events=(revised_event, *invalidated))

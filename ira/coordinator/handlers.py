@@ -1,0 +1,207 @@
+"""The coordinator's step handlers: join, synthesize, approve_ticket, complete.
+
+Each runs under a claim (the StepDispatcher took the step with a new ``owner_epoch``) and
+finishes it with ONE fenced commit that re-reads the run in the same transaction: a stale
+owner, a cancelled run or a concurrent change rolls everything back. ``create_ticket``
+lives in :mod:`ira.coordinator.ticket`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator import gate, records, ticket, verify
+from ira.coordinator.decide import BranchOutcome, BranchStatus, JoinVerdict, assess_branch, decide_join
+from ira.coordinator.deps import Deps
+from ira.coordinator.ending import end_run
+from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
+from ira.coordinator.report import (
+    AcceptedBranch,
+    MissingBranch,
+    Report,
+    canonical_json,
+    compose_draft,
+    compose_report,
+)
+from ira.coordinator.workflow import (
+    APPROVE_TICKET,
+    BRANCH_KINDS,
+    COMPLETE,
+    CREATE_TICKET,
+    CREATE_TICKET_ACTION,
+    JOIN,
+    SYNTHESIZE,
+    PolicyAnswer,
+    judge_action,
+)
+from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.errors import BudgetExhaustedError, DomainError
+from ira.core.ids import new_id
+from ira.core.investigation import BranchResult
+from ira.core.model import Model
+from ira.core.operation import WorkItem
+from ira.core.run import Run
+from ira.core.states import TERMINAL_RUN_STATES, RunState, StepState, WaitKind, WorkItemState
+from ira.runtime.dispatch import StepContext, StepHandler
+from ira.runtime.store import runs, steps
+
+log = logging.getLogger(__name__)
+Flow = Callable[[Deps, StepContext], Awaitable[None]]
+
+
+class JoinSummary(Model):
+    """The join's result artifact: every branch's outcome, as judged once."""
+
+    verdict: JoinVerdict
+    outcomes: tuple[BranchOutcome, ...]
+
+
+def step_handlers(deps: Deps) -> Mapping[str, StepHandler]:
+    """The StepDispatcher's handlers for the coordinator's step kinds."""
+    flows: dict[str, Flow] = {JOIN: join, SYNTHESIZE: synthesize, APPROVE_TICKET: approve_ticket,
+                              CREATE_TICKET: ticket.create_ticket, COMPLETE: complete}
+    return {kind: _guarded(deps, flow) for kind, flow in flows.items()}
+
+
+def _guarded(deps: Deps, flow: Flow) -> StepHandler:
+    """An exhausted root budget ends the run (``budget_exhausted``) instead of retrying."""
+
+    async def handle(ctx: StepContext) -> None:
+        try:
+            await flow(deps, ctx)
+        except BudgetExhaustedError as exc:
+            await _exhausted(deps, ctx, exc)
+
+    return handle
+
+
+async def _exhausted(deps: Deps, ctx: StepContext, exc: BudgetExhaustedError) -> None:
+    now = deps.clock.now()
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, ctx.claim.tenant_id, ctx.claim.run_id)
+        if run.state in TERMINAL_RUN_STATES:
+            return
+        await end_run(conn, run, state=RunState.FAILED, outcome="budget_exhausted", config=deps.config, at=now,
+                      detail={"dimension": exc.dimension, "step_id": ctx.claim.step_id})
+
+
+async def join(deps: Deps, ctx: StepContext) -> None:
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        branches = [s for s in await steps.list_steps(conn, c.tenant_id, c.run_id) if s.kind in BRANCH_KINDS]
+        outcomes = tuple([assess_branch(s, await load_model(conn, c.tenant_id, s.result_ref, model=BranchResult))
+                          for s in branches])
+        verdict = decide_join(outcomes, on_required_failure=deps.config.on_required_failure)
+        await charge_step(conn, c, config=deps.config, at=now)
+        summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
+                                   config=deps.config, at=now)
+        events = (*(EventDraft(type=f"BRANCH_{o.status.name}", data=o.model_dump(mode="json")) for o in outcomes),
+                  EventDraft(type="JOINED", data={"verdict": verdict.value, "summary_ref": summary.ref}))
+        if verdict == JoinVerdict.PROCEED:
+            await runs.commit(conn, RunCommit(
+                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+                steps=(StepChange(step_id=JOIN, state=StepState.DONE, result_ref=summary.ref),), events=events), at=now)
+        elif verdict == JoinVerdict.HUMAN_REVIEW:
+            await _ask_for_review(conn, ctx, run, outcomes=outcomes, events=events, deps=deps)
+        else:
+            await end_run(conn, run, state=RunState.FAILED, outcome="required_branch_failed", config=deps.config,
+                          at=now, step_states={JOIN: StepState.FAILED}, events=events)
+
+
+async def _ask_for_review(
+    conn: AsyncConnection, ctx: StepContext, run: Run, *, outcomes: tuple[BranchOutcome, ...],
+    events: tuple[EventDraft, ...], deps: Deps,
+) -> None:
+    """A required branch failed: a person decides (the join step waits, the worker is released)."""
+    now, c = deps.clock.now(), ctx.claim
+    failed = [o for o in outcomes if o.status == BranchStatus.FAILED]
+    await records.open_work_item(conn, WorkItem(
+        work_item_id=new_id("wi"), tenant_id=c.tenant_id, kind="human_review", run_id=c.run_id,
+        state=WorkItemState.OPEN, created_at=now,
+        summary=f"Required branch {', '.join(o.branch for o in failed)} failed for incident {run.incident_id}",
+        facts={"failed": [o.model_dump(mode="json") for o in failed]}))
+    await runs.commit(conn, RunCommit(
+        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+        state=RunState.WAITING, wait_kind=WaitKind.HUMAN_REVIEW,
+        steps=(StepChange(step_id=JOIN, state=StepState.WAITING),), events=events), at=now)
+
+
+async def synthesize(deps: Deps, ctx: StepContext) -> None:
+    """The report (facts apart from hypotheses) and the first version of the ticket draft."""
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        report = await _report(conn, run)
+        report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
+        version = await incident_version(conn, run)
+        draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version)
+        draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
+        record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
+                                         reason="synthesized", at=now)
+        await charge_step(conn, c, config=deps.config, at=now)
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            steps=(StepChange(step_id=SYNTHESIZE, state=StepState.DONE, result_ref=report_ref.ref),),
+            events=(EventDraft(type="REPORT_WRITTEN", data={
+                        "report_ref": report_ref.ref, "facts": len(report.facts),
+                        "hypotheses": len(report.hypotheses), "missing": [m.branch for m in report.missing]}),
+                    EventDraft(type="DRAFT_WRITTEN", data={"draft_ref": record.ref, "version": record.version}))),
+            at=now)
+
+
+async def _report(conn: AsyncConnection, run: Run) -> Report:
+    """Compose the report from what the join accepted (re-read from the artifacts)."""
+    join_step = await steps.get_step(conn, run.tenant_id, run.run_id, JOIN)
+    summary = await load_model(conn, run.tenant_id, join_step.result_ref, model=JoinSummary)
+    outcomes = summary.outcomes if summary else ()
+    accepted = [AcceptedBranch(branch=o.branch, result_ref=o.result_ref or "", result=result)
+                for o in outcomes if o.status == BranchStatus.ACCEPTED
+                and (result := await load_model(conn, run.tenant_id, o.result_ref, model=BranchResult)) is not None]
+    missing = [MissingBranch(branch=o.branch, reason=o.reason) for o in outcomes if o.status != BranchStatus.ACCEPTED]
+    return compose_report(run_id=run.run_id, bindings=run.bindings, accepted=accepted, missing=missing)
+
+
+async def approve_ticket(deps: Deps, ctx: StepContext) -> None:
+    """Ask policy about create_ticket: ``ask`` waits for a person, ``deny`` ends the run.
+
+    After an approval the step is claimed again (new epoch) and finishes only if the approval
+    still binds the current draft and incident version; otherwise it asks again."""
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        answer = judge_action(run.contract, CREATE_TICKET_ACTION)
+        await charge_step(conn, c, config=deps.config, at=now)
+        if answer == PolicyAnswer.DENY:
+            await end_run(conn, run, state=RunState.FAILED, outcome="action_blocked", config=deps.config, at=now,
+                          step_states={APPROVE_TICKET: StepState.FAILED})
+            return
+        event = EventDraft(type="APPROVAL_NOT_REQUIRED", data={"action": CREATE_TICKET_ACTION})
+        if answer == PolicyAnswer.ASK and (event := await _checked_or_ask(conn, ctx, run, deps=deps)) is None:
+            return
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            steps=(StepChange(step_id=APPROVE_TICKET, state=StepState.DONE),), events=(event,)), at=now)
+
+
+async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, deps: Deps) -> EventDraft | None:
+    """The event that lets the step finish (a still-binding approval), or None: it asked."""
+    c = ctx.claim
+    draft = await records.current_draft(conn, c.tenant_id, c.run_id)
+    if draft is None:
+        raise DomainError(f"run {c.run_id} has no ticket draft to approve")
+    approval = await gate.usable_approval(conn, run, draft)
+    if approval is None:
+        await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c)
+        return None
+    return EventDraft(type="APPROVAL_CHECKED", data={"approval_id": approval.approval_id, "owner_epoch": c.owner_epoch})
+
+
+async def complete(deps: Deps, ctx: StepContext) -> None:
+    """C6 through the one verifier entry point."""
+    async with deps.db.transaction() as conn:
+        await charge_step(conn, ctx.claim, config=deps.config, at=deps.clock.now())
+        await verify.verify_and_complete(conn, ctx.claim, config=deps.config, at=deps.clock.now())

@@ -1,0 +1,47 @@
+"""Asking the notifier to tell people something: a delivery row, its body, its outbox row.
+
+All three are written in the caller's transaction (the approval request, or C6), so a
+notification exists exactly when the fact it announces does. The notifier sends what was
+committed here and keeps the channel's receipts on the delivery row, apart from the run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator import records
+from ira.coordinator.config import WorkflowConfig
+from ira.core.commit import OutboxMessage
+from ira.core.delivery import DELIVERY_REQUESTED, Notification
+from ira.core.envelope import Envelope, Topic, topic_name
+from ira.core.ids import new_event_id, new_id
+from ira.core.run import Run
+from ira.runtime.store.artifacts import put_artifact
+
+WEBHOOK = "webhook"
+APPROVAL_REQUESTED = "approval_requested"
+RUN_COMPLETED = "run_completed"
+
+
+async def request_notification(
+    conn: AsyncConnection, run: Run, *, kind: str, data: dict[str, Any], config: WorkflowConfig, at: datetime,
+) -> OutboxMessage:
+    """Store the notification and its delivery row; return the outbox message for the commit.
+
+    ``run_version`` is the version the caller's commit will give the run (one above the
+    version it read), so a receiver can tell which state the notification describes.
+    """
+    notification = Notification(notification_id=new_id("ntf"), tenant_id=run.tenant_id, run_id=run.run_id,
+                                run_version=run.state_version + 1, kind=kind, data=data, created_at=at)
+    ref = await put_artifact(conn, run.tenant_id, notification.model_dump_json().encode(),
+                             media_type="application/json", max_bytes=config.artifact_max_bytes, at=at)
+    await records.insert_delivery(conn, tenant_id=run.tenant_id, notification_id=notification.notification_id,
+                                  run_id=run.run_id, channel=WEBHOOK, payload_ref=ref.ref, at=at)
+    envelope = Envelope(message_id=new_event_id(), type=DELIVERY_REQUESTED, tenant_id=run.tenant_id, occurred_at=at,
+                        payload={"notification_id": notification.notification_id, "run_id": run.run_id,
+                                 "kind": kind})
+    return OutboxMessage(topic=topic_name(Topic.DELIVERIES, config.environment),
+                         key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope)

@@ -1,0 +1,98 @@
+"""SQL for Operations, the ledger of external business actions (C4/C5).
+
+An Operation's fact only moves along ``OPERATION_TRANSITIONS``, each move a compare-and-set
+on the fact it was read in. Facts are recorded whoever observes them (a late receipt after a
+cancel is still the truth); what an observer may *do next* is fenced separately, by the
+step's epoch in the run commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.errors import NotFoundError
+from ira.core.operation import Operation
+from ira.core.states import OPERATION_TRANSITIONS, OperationFact, OperationHandling
+from ira.runtime.store.schema import operations
+
+_op = operations.c
+IN_DOUBT = (OperationFact.SUBMITTED, OperationFact.UNKNOWN)
+"""Facts that say "bytes may have left, the outcome is not known yet"."""
+
+
+def _model(row: Any) -> Operation:
+    return Operation.model_validate({k: v for k, v in row._mapping.items() if k != "deadline_at"})
+
+
+async def record_intent(conn: AsyncConnection, op: Operation) -> Operation:
+    """C4, first half: the intent with its stable key; the same key again returns the first."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(insert(operations).values(**op.model_dump(), deadline_at=None))
+    except IntegrityError:
+        existing = await find_by_key(conn, op.tenant_id, op.idempotency_key)
+        if existing is None:
+            raise
+        return existing
+    return op
+
+
+async def find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Operation | None:
+    row = (await conn.execute(select(operations).where(_op.tenant_id == tenant_id,
+                                                       _op.idempotency_key == key))).first()
+    return _model(row) if row else None
+
+
+async def get_operation(conn: AsyncConnection, tenant_id: str, operation_id: str) -> Operation:
+    row = (await conn.execute(select(operations).where(_op.tenant_id == tenant_id,
+                                                       _op.operation_id == operation_id))).first()
+    if row is None:
+        raise NotFoundError(f"operation {operation_id} not found")
+    return _model(row)
+
+
+async def for_step(conn: AsyncConnection, tenant_id: str, run_id: str, *, step_id: str) -> Operation | None:
+    """The step's newest Operation (a run has one create_ticket Operation per draft)."""
+    row = (await conn.execute(select(operations).where(
+        _op.tenant_id == tenant_id, _op.run_id == run_id, _op.step_id == step_id)
+        .order_by(_op.created_at.desc()).limit(1))).first()
+    return _model(row) if row else None
+
+
+async def list_operations(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Operation]:
+    rows = await conn.execute(select(operations).where(_op.tenant_id == tenant_id, _op.run_id == run_id)
+                              .order_by(_op.created_at))
+    return [_model(r) for r in rows]
+
+
+async def move(
+    conn: AsyncConnection, op: Operation, *, to: OperationFact | None = None, at: datetime,
+    handling: OperationHandling | None = None, external_ref: str | None = None, owner_epoch: int | None = None,
+    approval_id: str | None = None, deadline_at: datetime | None = None,
+    from_facts: Sequence[OperationFact] | None = None,
+) -> bool:
+    """Compare-and-set on the fact ``op`` was read in (or ``from_facts``); False if it moved."""
+    sources = tuple(from_facts or (op.fact_state,))
+    if to is not None:
+        sources = tuple(s for s in sources if to in OPERATION_TRANSITIONS[s] or s == to)
+    values: dict[str, Any] = {"updated_at": at}
+    for name, value in (("fact_state", to), ("handling_state", handling), ("external_ref", external_ref),
+                        ("owner_epoch", owner_epoch), ("approval_id", approval_id), ("deadline_at", deadline_at)):
+        if value is not None:
+            values[name] = value
+    result = await conn.execute(update(operations).where(
+        _op.tenant_id == op.tenant_id, _op.operation_id == op.operation_id, _op.fact_state.in_(sources),
+    ).values(**values))
+    return result.rowcount == 1
+
+
+async def in_doubt_for_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Operation]:
+    rows = await conn.execute(select(operations).where(
+        _op.tenant_id == tenant_id, _op.run_id == run_id, _op.fact_state.in_(IN_DOUBT)))
+    return [_model(r) for r in rows]

@@ -1,0 +1,135 @@
+"""SQL for the coordinator's records: approvals, work items, ticket drafts, deliveries.
+
+Each function takes the caller's connection, so a decision, its run commit and its outbox
+land in one transaction. Every query names the tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator.schema import ticket_drafts
+from ira.core.errors import NotFoundError
+from ira.core.model import Model
+from ira.core.operation import Approval, WorkItem
+from ira.core.states import ApprovalState, WorkItemState
+from ira.runtime.store.schema import approvals, deliveries, work_items
+
+_ap, _wi, _dr = approvals.c, work_items.c, ticket_drafts.c
+
+
+class DraftRecord(Model):
+    """One version of a run's ticket draft."""
+
+    tenant_id: str
+    run_id: str
+    version: int
+    ref: str
+    incident_version: int
+    reason: str
+    created_at: datetime
+
+
+async def insert_approval(conn: AsyncConnection, approval: Approval) -> None:
+    await conn.execute(insert(approvals).values(**approval.model_dump()))
+
+
+async def get_approval(conn: AsyncConnection, tenant_id: str, approval_id: str) -> Approval:
+    row = (await conn.execute(select(approvals).where(
+        _ap.tenant_id == tenant_id, _ap.approval_id == approval_id))).first()
+    if row is None:
+        raise NotFoundError(f"approval {approval_id} not found")
+    return Approval.model_validate(dict(row._mapping))
+
+
+async def list_approvals(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Approval]:
+    rows = await conn.execute(select(approvals).where(_ap.tenant_id == tenant_id, _ap.run_id == run_id)
+                              .order_by(_ap.created_at, _ap.approval_id))
+    return [Approval.model_validate(dict(r._mapping)) for r in rows]
+
+
+async def settle_approval(
+    conn: AsyncConnection, approval: Approval, state: ApprovalState, *, at: datetime,
+    by: str | None = None, reason: str | None = None, from_states: Sequence[ApprovalState] = (ApprovalState.PENDING,),
+) -> bool:
+    """Compare-and-set the approval's state; False if it was no longer in ``from_states``."""
+    result = await conn.execute(update(approvals).where(
+        _ap.tenant_id == approval.tenant_id, _ap.approval_id == approval.approval_id, _ap.state.in_(from_states),
+    ).values(state=state, decided_by=by, decided_at=at, reason=reason))
+    return result.rowcount == 1
+
+
+async def open_work_item(conn: AsyncConnection, item: WorkItem) -> None:
+    await conn.execute(insert(work_items).values(**item.model_dump(), closed_at=None))
+
+
+async def close_work_items(
+    conn: AsyncConnection, tenant_id: str, run_id: str, *, kind: str, at: datetime, facts: dict[str, Any] | None = None,
+) -> int:
+    """Close the run's open items of ``kind`` (an approval decided, a run ended)."""
+    values: dict[str, Any] = {"state": WorkItemState.CLOSED, "closed_at": at}
+    if facts is not None:
+        values["facts"] = facts
+    result = await conn.execute(update(work_items).where(
+        _wi.tenant_id == tenant_id, _wi.run_id == run_id, _wi.kind == kind, _wi.state == WorkItemState.OPEN,
+    ).values(**values))
+    return result.rowcount
+
+
+async def list_work_items(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[WorkItem]:
+    rows = await conn.execute(select(work_items).where(_wi.tenant_id == tenant_id, _wi.run_id == run_id)
+                              .order_by(_wi.created_at, _wi.work_item_id))
+    return [WorkItem.model_validate({k: v for k, v in r._mapping.items() if k != "closed_at"}) for r in rows]
+
+
+async def get_work_item(conn: AsyncConnection, tenant_id: str, work_item_id: str) -> dict[str, Any]:
+    row = (await conn.execute(select(work_items).where(
+        _wi.tenant_id == tenant_id, _wi.work_item_id == work_item_id))).first()
+    if row is None:
+        raise NotFoundError(f"work item {work_item_id} not found")
+    return dict(row._mapping)
+
+
+async def add_draft(
+    conn: AsyncConnection, tenant_id: str, run_id: str, *, ref: str, incident_version: int, reason: str, at: datetime,
+) -> DraftRecord:
+    """Record the next version of the run's draft (the primary key refuses a concurrent twin)."""
+    latest = (await conn.execute(select(func.max(_dr.version)).where(
+        _dr.tenant_id == tenant_id, _dr.run_id == run_id))).scalar()
+    record = DraftRecord(tenant_id=tenant_id, run_id=run_id, version=int(latest or 0) + 1, ref=ref,
+                         incident_version=incident_version, reason=reason, created_at=at)
+    await conn.execute(insert(ticket_drafts).values(**record.model_dump()))
+    return record
+
+
+async def current_draft(conn: AsyncConnection, tenant_id: str, run_id: str) -> DraftRecord | None:
+    row = (await conn.execute(select(ticket_drafts).where(_dr.tenant_id == tenant_id, _dr.run_id == run_id)
+                              .order_by(_dr.version.desc()).limit(1))).first()
+    return DraftRecord.model_validate(dict(row._mapping)) if row else None
+
+
+async def list_drafts(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[DraftRecord]:
+    rows = await conn.execute(select(ticket_drafts).where(_dr.tenant_id == tenant_id, _dr.run_id == run_id)
+                              .order_by(_dr.version))
+    return [DraftRecord.model_validate(dict(r._mapping)) for r in rows]
+
+
+async def insert_delivery(
+    conn: AsyncConnection, *, tenant_id: str, notification_id: str, run_id: str, channel: str, payload_ref: str,
+    at: datetime,
+) -> None:
+    await conn.execute(insert(deliveries).values(
+        tenant_id=tenant_id, notification_id=notification_id, run_id=run_id, channel=channel, state="pending",
+        attempts=0, payload_ref=payload_ref, receipts=[], created_at=at, updated_at=at))
+
+
+async def list_deliveries(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    rows = await conn.execute(select(deliveries).where(deliveries.c.tenant_id == tenant_id,
+                                                       deliveries.c.run_id == run_id)
+                              .order_by(deliveries.c.created_at, deliveries.c.notification_id))
+    return [dict(r._mapping) for r in rows]

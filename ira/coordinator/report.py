@@ -1,0 +1,146 @@
+"""The report and the ticket draft, composed from accepted branch results. Pure.
+
+Facts (what a tool observed) are kept apart from hypotheses (what might explain them).
+A hypothesis stays only if it cites evidence the report actually holds, and carries the
+refs of that evidence, its confidence and what is still unverified; a missing optional
+branch is said out loud in both the report and the draft.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import AwareDatetime
+
+from ira.core.investigation import BranchResult, StopReason
+from ira.core.model import Model
+from ira.core.ticket import TicketRequest
+
+
+class ReportFact(Model):
+    evidence_id: str
+    branch: str
+    source: str
+    summary: str
+    evidence_ref: str
+    """The artifact holding the raw observation (or the branch result that carries it)."""
+    query: str | None = None
+    window_start: AwareDatetime | None = None
+    window_end: AwareDatetime | None = None
+    partial: bool = False
+
+
+class ReportHypothesis(Model):
+    statement: str
+    confidence: float
+    evidence_ids: tuple[str, ...]
+    evidence_refs: tuple[str, ...]
+    unverified: tuple[str, ...] = ()
+
+
+class MissingBranch(Model):
+    branch: str
+    reason: str
+
+
+class AcceptedBranch(Model):
+    """A branch the join accepted: its result and the artifact it came from."""
+
+    branch: str
+    result_ref: str
+    result: BranchResult
+
+
+class Report(Model):
+    run_id: str
+    incident_id: str
+    title: str
+    severity: str
+    service: str | None = None
+    environment: str | None = None
+    facts: tuple[ReportFact, ...]
+    hypotheses: tuple[ReportHypothesis, ...]
+    missing: tuple[MissingBranch, ...] = ()
+    branch_refs: dict[str, str]
+    notes: tuple[str, ...] = ()
+
+
+class TicketDraft(Model):
+    """What the approver sees and what create_ticket sends; its content hash is its ref."""
+
+    run_id: str
+    incident_id: str
+    incident_version: int
+    report_ref: str
+    request: TicketRequest
+    evidence_refs: tuple[str, ...]
+
+
+def canonical_json(model: Model) -> bytes:
+    """Sorted keys, no whitespace: equal content always hashes equal."""
+    return json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
+def compose_report(
+    *, run_id: str, bindings: Mapping[str, Any], accepted: Sequence[AcceptedBranch], missing: Sequence[MissingBranch],
+) -> Report:
+    facts = [_fact(b, e) for b in accepted for e in b.result.evidence]
+    by_id = {f.evidence_id: f for f in facts}
+    hypotheses, notes = [], []
+    gaps = tuple(f"{m.branch} branch missing: {m.reason}" for m in missing)
+    for branch in accepted:
+        for h in branch.result.hypotheses:
+            cited = tuple(e for e in h.evidence_ids if e in by_id)
+            if not cited:
+                notes.append(f"dropped a {branch.branch} hypothesis citing no held evidence: {h.statement!r}")
+                continue
+            hypotheses.append(ReportHypothesis(
+                statement=h.statement, confidence=h.confidence, evidence_ids=cited,
+                evidence_refs=tuple(dict.fromkeys(by_id[e].evidence_ref for e in cited)),
+                unverified=(*h.unverified, *gaps)))
+    hypotheses.sort(key=lambda h: -h.confidence)
+    return Report(run_id=run_id, incident_id=str(bindings["incident_id"]), title=str(bindings.get("title") or ""),
+                  severity=str(bindings.get("severity") or "warning"), service=bindings.get("service"),
+                  environment=bindings.get("environment"), facts=tuple(facts), hypotheses=tuple(hypotheses),
+                  missing=tuple(missing), branch_refs={b.branch: b.result_ref for b in accepted}, notes=tuple(notes))
+
+
+def _fact(branch: AcceptedBranch, evidence: Any) -> ReportFact:
+    partial = evidence.partial or branch.result.stop_reason != StopReason.DONE
+    return ReportFact(evidence_id=evidence.evidence_id, branch=branch.branch, source=evidence.source,
+                      summary=evidence.summary, evidence_ref=evidence.artifact_ref or branch.result_ref,
+                      query=evidence.query, window_start=evidence.window_start, window_end=evidence.window_end,
+                      partial=partial)
+
+
+def compose_draft(
+    report: Report, *, report_ref: str, tenant_id: str, incident_version: int, updates: Sequence[str] = (),
+) -> TicketDraft:
+    """The ticket for ``report``; ``updates`` are notes appended when the incident changed."""
+    service = f" {report.service}:" if report.service else ""
+    request = TicketRequest(
+        tenant_id=tenant_id, title=f"[{report.severity}]{service} {report.title}".strip(),
+        body=render_body(report, incident_version=incident_version, updates=updates), severity=report.severity,
+        service=report.service, incident_id=report.incident_id,
+        labels={"source": "ira", "run_id": report.run_id})
+    refs = tuple(dict.fromkeys(f.evidence_ref for f in report.facts))
+    return TicketDraft(run_id=report.run_id, incident_id=report.incident_id, incident_version=incident_version,
+                       report_ref=report_ref, request=request, evidence_refs=refs)
+
+
+def render_body(report: Report, *, incident_version: int, updates: Sequence[str] = ()) -> str:
+    lines = [f"Incident {report.incident_id} (version {incident_version})"
+             f"{' on ' + report.service if report.service else ''}"
+             f"{' in ' + report.environment if report.environment else ''}.", "", "## Facts"]
+    lines += [f"- [{f.branch}] {f.summary} ({f.source}{', partial' if f.partial else ''}; {f.evidence_ref})"
+              for f in report.facts]
+    lines += ["", "## Hypotheses (not verified)"]
+    lines += [f"- {h.statement} (confidence {h.confidence:.2f}; evidence {', '.join(h.evidence_ids)})"
+              + (f"; unverified: {'; '.join(h.unverified)}" if h.unverified else "") for h in report.hypotheses]
+    if report.missing:
+        lines += ["", "## Missing"] + [f"- {m.branch}: {m.reason}" for m in report.missing]
+    if updates:
+        lines += ["", "## Updates"] + [f"- {u}" for u in updates]
+    return "\n".join(lines)

@@ -1,0 +1,254 @@
+"""``create_ticket``: the one external write, as an Operation (C4, C5).
+
+1. C4 intent: the Operation with its stable idempotency key (tenant + incident + action +
+   draft hash), the payload hash (the draft ref) and the approval it relies on.
+2. C4 ``authorize``: one conditional transaction re-checks the run, the fence, the approval
+   (still APPROVED, same draft, same incident version) and the budget, then moves the
+   Operation to SUBMITTED. Only after that commit may a byte go to the ticket system.
+3. Send with the key and the claim's epoch; C5: the receipt is stored as evidence and the
+   Operation becomes CONFIRMED_SUCCESS; then the step is finished (fenced).
+
+A new owner that finds the Operation SUBMITTED (receipt lost, worker killed) never sends
+first: it raises the ticket system's write barrier to its own epoch and looks the ticket
+up by key. Found: it adopts it. Not found behind a barrier: nothing older can land any
+more, so it may send again with the same key. Never two tickets.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator import gate, operations, records
+from ira.coordinator.deps import Deps
+from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
+from ira.coordinator.receipt import idempotency_key, namespace, record_receipt
+from ira.coordinator.reconcile import park
+from ira.coordinator.report import TicketDraft, canonical_json
+from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
+from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
+from ira.core.ids import new_id
+from ira.core.operation import Approval, Operation
+from ira.core.run import Run
+from ira.core.states import ApprovalState, OperationFact, RunState, StepState
+from ira.core.ticket import TicketRequest
+from ira.runtime.dispatch import StepContext
+from ira.runtime.store import runs, timers
+
+log = logging.getLogger(__name__)
+DEADLINE_TIMER = "operation_deadline"
+
+
+class Mode(StrEnum):
+    SEND = "send"  #: this owner moved the Operation to SUBMITTED: it may send
+    VERIFY = "verify"  #: SUBMITTED before: look it up by key, never send first
+    DONE = "done"
+    FAILED = "failed"
+    STOP = "stop"
+
+
+async def create_ticket(deps: Deps, ctx: StepContext) -> None:
+    prepared = await _record_intent(deps, ctx)
+    if prepared is None:
+        return
+    op, request = prepared
+    mode = await _authorize(deps, ctx, op)
+    if mode == Mode.VERIFY:
+        mode = await _verify(deps, ctx, op)
+    if mode == Mode.SEND:
+        mode = await _send(deps, ctx, op, request=request)
+    if mode == Mode.DONE:
+        await _finish(deps, ctx, op)
+    elif mode == Mode.FAILED:
+        await _fail(deps, ctx, op, reason="confirmed_failure")
+
+
+async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest] | None:
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        draft = await records.current_draft(conn, c.tenant_id, c.run_id)
+        doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
+        if run.state != RunState.RUNNING or draft is None or doc is None:
+            return None
+        approval = await gate.usable_approval(conn, run, draft)
+        existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET)
+        if existing is not None and existing.payload_hash == draft.ref:
+            return await _rebind(conn, existing, approval, at=now), doc.request
+        op = await operations.record_intent(conn, Operation(
+            operation_id=new_id("op"), tenant_id=c.tenant_id, run_id=c.run_id, step_id=CREATE_TICKET,
+            kind=CREATE_TICKET_ACTION, idempotency_key=idempotency_key(c.tenant_id, run.incident_id or "", draft.ref),
+            payload_hash=draft.ref, approval_id=approval.approval_id if approval else None,
+            fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=now, updated_at=now))
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            events=(EventDraft(type="OPERATION_INTENT_RECORDED", data={
+                "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
+                "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)), at=now)
+        return op, doc.request
+
+
+async def _rebind(conn: AsyncConnection, op: Operation, approval: Approval | None, *, at: datetime) -> Operation:
+    """An intent not yet sent relies on the newest approval that still binds its draft (the
+    incident moved on and a person approved again); anything already sent keeps its own."""
+    if op.fact_state != OperationFact.INTENT_RECORDED or approval is None or op.approval_id == approval.approval_id:
+        return op
+    await operations.move(conn, op, approval_id=approval.approval_id, at=at)
+    return op.model_copy(update={"approval_id": approval.approval_id})
+
+
+async def _authorize(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
+    """``authorize_dispatch_if_current``: SUBMITTED is committed before any byte is sent."""
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        op = await operations.get_operation(conn, c.tenant_id, op.operation_id)
+        if run.state != RunState.RUNNING:
+            return Mode.STOP
+        if op.fact_state != OperationFact.INTENT_RECORDED:
+            return _mode_of(op.fact_state)
+        if (problem := await dispatch_problem(conn, run, op)) is not None:
+            await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
+            return Mode.STOP
+        await charge_step(conn, c, config=deps.config, at=now)
+        await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now)
+        return Mode.SEND
+
+
+async def _submit(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, deadline: datetime,
+                  at: datetime) -> None:
+    """SUBMITTED, with this owner's epoch and a durable deadline, fenced: the send permit."""
+    c = ctx.claim
+    if not await operations.move(conn, op, to=OperationFact.SUBMITTED, owner_epoch=c.owner_epoch,
+                                 deadline_at=deadline, at=at):
+        raise ConcurrentUpdateError(f"operation {op.operation_id} moved concurrently")
+    await timers.schedule_timer(conn, timers.Timer(
+        tenant_id=c.tenant_id, timer_id=f"opdl:{op.operation_id}:{c.owner_epoch}", kind=DEADLINE_TIMER,
+        due_at=deadline, run_id=c.run_id, step_id=CREATE_TICKET, payload={"operation_id": op.operation_id}))
+    await runs.commit(conn, RunCommit(
+        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+        events=(EventDraft(type="OPERATION_SUBMITTED", data={
+            "operation_id": op.operation_id, "owner_epoch": c.owner_epoch, "deadline": deadline.isoformat()}),)),
+        at=at)
+
+
+def _mode_of(fact: OperationFact) -> Mode:
+    if fact == OperationFact.CONFIRMED_SUCCESS:
+        return Mode.DONE
+    if fact == OperationFact.CONFIRMED_FAILURE:
+        return Mode.FAILED
+    return Mode.VERIFY
+
+
+async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation) -> str | None:
+    """Why this Operation may not be sent now (None: it may): contract, approval binding."""
+    answer = judge_action(run.contract, op.kind)
+    if answer != PolicyAnswer.ASK:
+        return None if answer == PolicyAnswer.ALLOW else "action_blocked"
+    if op.approval_id is None:
+        return "no_approval"
+    approval = await records.get_approval(conn, run.tenant_id, op.approval_id)
+    draft = await records.current_draft(conn, run.tenant_id, run.run_id)
+    if approval.state != ApprovalState.APPROVED:
+        return f"approval_{approval.state.value}"
+    if draft is None or draft.ref != op.payload_hash or approval.payload_hash != op.payload_hash:
+        return "draft_changed"
+    if approval.resource_version != await incident_version(conn, run):
+        return "resource_changed"
+    return None
+
+
+async def _hold(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, problem: str,
+                deps: Deps) -> None:
+    """Not sendable now: blocked by contract -> a definite failure; an approval that no longer
+    binds (the incident moved on) -> nothing is sent and a person is asked again."""
+    if problem == "action_blocked":
+        await _refuse(conn, ctx, run, op=op, problem=problem, at=deps.clock.now())
+        return
+    draft = await records.current_draft(conn, run.tenant_id, run.run_id)
+    assert draft is not None  # an intent exists only for a draft
+    await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=ctx.claim, events=(
+        EventDraft(type="OPERATION_HELD", data={"operation_id": op.operation_id, "reason": problem}),))
+
+
+async def _refuse(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, problem: str,
+                  at: datetime) -> None:
+    """Never sent: the fact is a definite failure, the step fails, the verifier ends the run."""
+    await operations.move(conn, op, to=OperationFact.CONFIRMED_FAILURE, at=at)
+    await runs.commit(conn, RunCommit(
+        tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, fence=fence(ctx.claim),
+        steps=(StepChange(step_id=CREATE_TICKET, state=StepState.FAILED),),
+        events=(EventDraft(type="OPERATION_REFUSED", data={"operation_id": op.operation_id, "reason": problem}),)),
+        at=at)
+
+
+async def _verify(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
+    """Recovery by a new owner: barrier first, then look up by key; adopt or re-authorize."""
+    c = ctx.claim
+    definitive = await deps.tickets.raise_barrier(c.tenant_id, namespace(c.run_id), c.owner_epoch)
+    found = await deps.tickets.find_by_key(c.tenant_id, op.idempotency_key)
+    if found is not None:
+        await record_receipt(deps, op, found, adopted=True, epoch=c.owner_epoch)
+        return Mode.DONE
+    if not definitive:
+        await park(deps, ctx, op)
+        return Mode.STOP
+    now = deps.clock.now()
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        if not await operations.move(conn, op, to=OperationFact.SUBMITTED, owner_epoch=c.owner_epoch, at=now,
+                                     from_facts=operations.IN_DOUBT):
+            raise ConcurrentUpdateError(f"operation {op.operation_id} moved concurrently")
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            events=(EventDraft(type="OPERATION_RETRY_AUTHORIZED", data={
+                "operation_id": op.operation_id, "owner_epoch": c.owner_epoch,
+                "evidence": f"{deps.tickets.name}: no ticket for the key behind a barrier at epoch {c.owner_epoch}"}),
+            )), at=now)
+    return Mode.SEND
+
+
+async def _send(deps: Deps, ctx: StepContext, op: Operation, *, request: TicketRequest) -> Mode:
+    c = ctx.claim
+    try:
+        ticket = await deps.tickets.create(request, idempotency_key=op.idempotency_key,
+                                           namespace=namespace(c.run_id), epoch=c.owner_epoch)
+    except ConnectorRejectedError as exc:
+        await _fail(deps, ctx, op, reason=exc.message)
+        return Mode.STOP
+    await record_receipt(deps, op, ticket, adopted=False, epoch=c.owner_epoch)
+    return Mode.DONE
+
+
+async def _fail(deps: Deps, ctx: StepContext, op: Operation, *, reason: str) -> None:
+    """The ticket system said no (or said so before): a definite failure of this step."""
+    now, c = deps.clock.now(), ctx.claim
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        await operations.move(conn, op, to=OperationFact.CONFIRMED_FAILURE, at=now,
+                              from_facts=operations.IN_DOUBT)
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            steps=(StepChange(step_id=CREATE_TICKET, state=StepState.FAILED),),
+            events=(EventDraft(type="OPERATION_FAILED", data={"operation_id": op.operation_id,
+                                                              "reason": reason}),)), at=now)
+
+
+async def _finish(deps: Deps, ctx: StepContext, op: Operation) -> None:
+    """The step is done once its Operation is confirmed; fenced, so a stale owner stops here."""
+    now, c = deps.clock.now(), ctx.claim
+    ticket = await deps.tickets.find_by_key(c.tenant_id, op.idempotency_key)
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, c.tenant_id, c.run_id)
+        receipt = await store_json(conn, c.tenant_id, canonical_json(ticket), config=deps.config, at=now) \
+            if ticket else None
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            steps=(StepChange(step_id=CREATE_TICKET, state=StepState.DONE,
+                              result_ref=receipt.ref if receipt else None),),
+            events=(EventDraft(type="TICKET_CREATED", data={"operation_id": op.operation_id,
+                                                            "key": ticket.key if ticket else None}),)), at=now)

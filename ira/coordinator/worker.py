@@ -1,0 +1,94 @@
+"""The coordinator's loops: decisions in (inbox mode), coordinator steps and timers.
+
+Decisions are applied in the consumer's transaction (exactly once via the inbox). Step
+wake-ups are hints: each starts a claim attempt in its own task (bounded), so a slow step
+never holds a partition; a wake-up lost with this process is re-sent by the scanner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.coordinator.deps import Deps
+from ira.coordinator.intake import apply_decision, parse_decision
+from ira.coordinator.timeouts import handle_timer
+from ira.coordinator.workflow import COORDINATOR_KINDS
+from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import RecordMeta, RecordOutcome
+from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
+
+log = logging.getLogger(__name__)
+DECISIONS_CONSUMER = "coordinator"
+STEPS_CONSUMER = "coordinator-steps"
+
+
+def group_prefix(environment: str) -> str:
+    """Consumer groups are per environment, like topics: staging never steals prod's work."""
+    return "" if environment == PRODUCTION else f"{environment}."
+
+
+class CoordinatorWorker:
+    """Runs until stopped; ``dispatcher`` holds the handlers of the coordinator's step kinds."""
+
+    def __init__(
+        self, deps: Deps, dispatcher: StepDispatcher, *, bootstrap: str, producer: BusProducer,
+        consumer: ConsumerSettings = ConsumerSettings(), max_concurrent: int = 16, group_suffix: str = "",
+        on_outcome: Callable[[RecordOutcome], None] | None = None,
+    ) -> None:
+        env = deps.config.environment
+        prefix, dlq = group_prefix(env), topic_name(Topic.DLQ, env)
+        self.deps, self.dispatcher = deps, dispatcher
+        self.decisions = ConsumerRunner(
+            bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator{group_suffix}",
+            topics=[topic_name(Topic.INCIDENTS, env)], name=DECISIONS_CONSUMER, handler=self._on_decision,
+            producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome)
+        self.steps = ConsumerRunner(
+            bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-steps{group_suffix}",
+            topics=[topic_name(Topic.STEPS, env)], name=STEPS_CONSUMER, handler=self._on_step, producer=producer,
+            dlq_topic=dlq, inbox=False, settings=consumer, on_outcome=on_outcome)
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _on_decision(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
+        await apply_decision(conn, parse_decision(envelope), config=self.deps.config, at=self.deps.clock.now())
+
+    async def _on_step(self, envelope: Envelope, meta: RecordMeta) -> None:
+        if envelope.type == TIMER_FIRED:
+            await handle_timer(self.deps, envelope)
+        elif envelope.type == STEP_READY and envelope.payload.get("kind") in COORDINATOR_KINDS:
+            await self._slots.acquire()
+            task = asyncio.create_task(self._dispatch(envelope))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self, envelope: Envelope) -> None:
+        try:
+            await self.dispatcher.handle_wakeup(envelope)
+        except Exception:  # a worker loop: the step stays in SQL and the scanner wakes it again
+            log.exception("coordinator: step %s/%s could not be handled", envelope.payload.get("run_id"),
+                          envelope.payload.get("step_id"))
+        finally:
+            self._slots.release()
+
+    async def run(self, stop: asyncio.Event, *, drain: timedelta = timedelta(seconds=10)) -> None:
+        try:
+            await asyncio.gather(self.decisions.run(stop), self.steps.run(stop))
+        finally:
+            await self._drain(drain)
+
+    async def _drain(self, drain: timedelta) -> None:
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=drain.total_seconds())
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)

@@ -1,0 +1,133 @@
+"""The plan of ``incident-diagnosis@1`` and how a decision becomes a new run (C1).
+
+::
+
+    metrics (required) ─┐
+    logs    (required) ─┼─> join ─> synthesize ─> approve_ticket ─> create_ticket ─> complete
+    runbooks(optional) ─┘
+
+Pure: ``plan_run`` turns a decision into the rows C1 writes; ``intake`` writes them in one
+transaction. The contract travels with the run, so later checks (policy, verifier) read what
+was bound at acceptance, not whatever the code says today.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ira.coordinator.config import WorkflowConfig
+from ira.core.budget import BudgetDimension
+from ira.core.commit import EventDraft, NewRun, NewStep
+from ira.core.decision import IncidentDecision
+from ira.core.ids import new_id
+from ira.core.investigation import BranchBinding, BranchKind
+from ira.core.states import StepState
+from ira.runtime.store.timers import Timer
+from ira.runtime.wakeup import step_wakeup
+
+WORKFLOW = "incident-diagnosis@1"
+TASK_KIND = "diagnose_incident"
+JOIN, SYNTHESIZE, APPROVE_TICKET, CREATE_TICKET, COMPLETE = (
+    "join", "synthesize", "approve_ticket", "create_ticket", "complete")
+COORDINATOR_KINDS = (JOIN, SYNTHESIZE, APPROVE_TICKET, CREATE_TICKET, COMPLETE)
+CREATE_TICKET_ACTION = "create_ticket"
+BRANCH_DEADLINE_TIMER = "branch_deadline"
+
+BRANCH_TOOLS: Mapping[BranchKind, tuple[str, ...]] = {
+    BranchKind.METRICS: ("prometheus.query_range", "prometheus.query", "deployments.list"),
+    BranchKind.LOGS: ("logs.search",),
+    BranchKind.RUNBOOKS: ("runbooks.search",),
+}
+REQUIRED_BRANCHES = frozenset({BranchKind.METRICS, BranchKind.LOGS})
+BRANCH_KINDS = frozenset(k.value for k in BranchKind)
+
+CONTRACT: Mapping[str, Any] = {
+    "allowed": sorted({tool for tools in BRANCH_TOOLS.values() for tool in tools}),
+    "approval_required": [CREATE_TICKET_ACTION],
+    "blocked": ["restart", "rollback", "scale", "delete", "deploy", "remediate"],
+    "required_branches": sorted(REQUIRED_BRANCHES),
+    "optional_branches": sorted(set(BranchKind) - REQUIRED_BRANCHES),
+    "required_operations": [CREATE_TICKET_ACTION],
+}
+"""Read-only tools allowed; the ticket needs approval; remediation is always blocked."""
+
+
+class PolicyAnswer(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+def judge_action(contract: Mapping[str, Any], action: str) -> PolicyAnswer:
+    """What the run's contract says about ``action``; anything unlisted is denied."""
+    if action in contract.get("blocked", ()):
+        return PolicyAnswer.DENY
+    if action in contract.get("approval_required", ()):
+        return PolicyAnswer.ASK
+    return PolicyAnswer.ALLOW if action in contract.get("allowed", ()) else PolicyAnswer.DENY
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything C1 writes besides the run itself: budget and the branch deadline timer."""
+
+    new_run: NewRun
+    root_budget: Mapping[BudgetDimension, int]
+    slices: Mapping[str, Mapping[BudgetDimension, int]]
+    deadline: Timer
+
+
+def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetime) -> RunPlan:
+    """The run for a ``create_run`` decision: steps, bindings, contract, wake-ups, budget."""
+    run_id = new_id("run")
+    deadline = now + config.branch_deadline
+    steps = (*(_branch_step(decision, kind, config, now=now) for kind in BranchKind), *_coordinator_steps())
+    wakeups = tuple(step_wakeup(decision.tenant_id, run_id, s.step_id, kind=s.kind, environment=config.environment,
+                                at=now) for s in steps if s.state == StepState.READY)
+    new_run = NewRun(
+        tenant_id=decision.tenant_id, run_id=run_id, task_id=new_id("task"), task_kind=TASK_KIND,
+        subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW, environment=config.environment,
+        incident_id=decision.incident_id, contract=dict(CONTRACT), bindings=run_bindings(decision, now=now),
+        steps=steps, outbox=wakeups, idempotency_key=decision.evaluation_id,
+        events=(EventDraft(type="RUN_CREATED", data={
+            "incident_id": decision.incident_id, "evaluation_id": decision.evaluation_id, "workflow": WORKFLOW,
+            "incident_version": decision.incident_version}),),
+    )
+    timer = Timer(tenant_id=decision.tenant_id, timer_id=f"deadline:{run_id}", kind=BRANCH_DEADLINE_TIMER,
+                  due_at=deadline, run_id=run_id)
+    return RunPlan(new_run=new_run, root_budget=dict(config.root_budget), deadline=timer,
+                   slices={kind.value: dict(config.branch_budget) for kind in BranchKind})
+
+
+def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]:
+    """What the run was accepted for: the incident as of this decision."""
+    return {
+        "incident_id": decision.incident_id, "incident_version": decision.incident_version,
+        "evaluation_id": decision.evaluation_id, "service": decision.service,
+        "environment": decision.environment, "severity": decision.severity, "title": decision.title,
+        "alert_name": decision.alert.name, "alert_started_at": decision.alert.starts_at.isoformat(),
+        "group_key": decision.group_key, "accepted_at": now.isoformat(),
+    }
+
+
+def _branch_step(decision: IncidentDecision, kind: BranchKind, config: WorkflowConfig, *, now: datetime) -> NewStep:
+    binding = BranchBinding(
+        tenant_id=decision.tenant_id, environment=decision.environment or config.environment,
+        service=decision.service, incident_id=decision.incident_id, alert_name=decision.alert.name,
+        window_start=decision.alert.starts_at - config.window_before, window_end=now,
+        tools=BRANCH_TOOLS[kind], budget=dict(config.branch_budget), deadline=now + config.branch_deadline,
+        may_delegate=False, labels=dict(decision.alert.labels),
+    )
+    return NewStep(step_id=kind.value, kind=kind.value, state=StepState.READY, required=kind in REQUIRED_BRANCHES,
+                   binding=binding.model_dump(mode="json"))
+
+
+def _coordinator_steps() -> tuple[NewStep, ...]:
+    chain = [(JOIN, tuple(k.value for k in BranchKind)), (SYNTHESIZE, (JOIN,)), (APPROVE_TICKET, (SYNTHESIZE,)),
+             (CREATE_TICKET, (APPROVE_TICKET,)), (COMPLETE, (CREATE_TICKET,))]
+    return tuple(NewStep(step_id=step_id, kind=step_id, state=StepState.BLOCKED, depends_on=deps)
+                 for step_id, deps in chain)

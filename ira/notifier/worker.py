@@ -1,0 +1,91 @@
+"""The delivery worker: one ``delivery.requested`` at a time, bounded retries, receipts.
+
+Reads the committed notification by ``notification_id`` (never recomputes it), sends it
+through the channel, and appends every attempt's receipt to the delivery row. The final
+state is ``accepted`` once the channel took it, ``failed`` when it said no (or no channel
+exists), ``unknown`` when the last word was a timeout. Nothing here writes to a run: a
+failed notification never changes a run's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from ira.core.clock import Clock
+from ira.core.delivery import DELIVERY_REQUESTED, Notification, Receipt
+from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
+from ira.core.states import DeliveryState
+from ira.notifier import store
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import RecordMeta, RecordOutcome
+from ira.runtime.store.database import Database
+
+log = logging.getLogger(__name__)
+
+
+class Channel(Protocol):
+    name: str
+
+    async def send(self, notification: Notification) -> tuple[Receipt, bool]:
+        """One attempt: the receipt and whether retrying may help."""
+        ...
+
+
+class Notifier:
+    """Delivers one notification with up to ``max_attempts`` tries (counted across restarts)."""
+
+    def __init__(self, db: Database, channel: Channel, clock: Clock, *, max_attempts: int = 4,
+                 backoff: timedelta = timedelta(milliseconds=200)) -> None:
+        self._db, self._channel, self._clock = db, channel, clock
+        self._max_attempts, self._backoff = max_attempts, backoff
+
+    async def handle(self, envelope: Envelope, meta: RecordMeta | None = None) -> str | None:
+        """Deliver the notification the envelope names; None for other message types."""
+        if envelope.type != DELIVERY_REQUESTED:
+            return None
+        async with self._db.reader() as conn:
+            row, notification = await store.load(conn, envelope.tenant_id, str(envelope.payload["notification_id"]))
+        while row["state"] == DeliveryState.PENDING:
+            row = await self._attempt(row, notification)
+        return str(row["state"])
+
+    async def _attempt(self, row: dict[str, Any], notification: Notification) -> dict[str, Any]:
+        if row["attempts"]:
+            await asyncio.sleep(self._backoff.total_seconds() * 2 ** (row["attempts"] - 1))
+        receipt, retry = await self._channel.send(notification)
+        last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
+        final = _final(row, receipt) if last else None
+        async with self._db.transaction() as conn:
+            row = await store.record_attempt(conn, row, receipt, final=final, at=self._clock.now())
+        log.info("delivery %s attempt %d: %s", row["notification_id"], row["attempts"], receipt.state.value)
+        return row
+
+
+def _final(row: dict[str, Any], receipt: Receipt) -> DeliveryState:
+    """Accepted wins; an unknown outcome anywhere stays unknown; else it failed."""
+    if receipt.state == DeliveryState.ACCEPTED:
+        return DeliveryState.ACCEPTED
+    seen = {r["state"] for r in row["receipts"]} | {receipt.state.value}
+    return DeliveryState.UNKNOWN if DeliveryState.UNKNOWN.value in seen else DeliveryState.FAILED
+
+
+def notifier_consumer(
+    notifier: Notifier, *, bootstrap: str, producer: BusProducer, environment: str,
+    settings: ConsumerSettings = ConsumerSettings(), group_suffix: str = "",
+    on_outcome: Callable[[RecordOutcome], None] | None = None,
+) -> ConsumerRunner:
+    """The notifier's consumer of ``ira.deliveries.v1``: the delivery row is the dedupe, so no inbox."""
+    prefix = "" if environment == PRODUCTION else f"{environment}."
+
+    async def handle(envelope: Envelope, meta: RecordMeta) -> None:
+        await notifier.handle(envelope, meta)
+
+    return ConsumerRunner(
+        bootstrap=bootstrap, group_id=f"{prefix}ira.notifier{group_suffix}",
+        topics=[topic_name(Topic.DELIVERIES, environment)], name="notifier", handler=handle, producer=producer,
+        dlq_topic=topic_name(Topic.DLQ, environment), inbox=False, settings=settings, on_outcome=on_outcome)

@@ -1,0 +1,237 @@
+"""What triage decides about one alert event, and why. Pure functions over plain facts.
+
+The rules, in precedence order (the first that applies wins)::
+
+    silenced                      -> ignore / silenced       (basis: silence_id)
+    older than the incident's     -> ignore / stale
+      last state of this alert
+    resolved, alert not firing    -> ignore / resolved_without_incident
+      in any open incident
+    a run is active for the       -> deliver / run_subscribed (basis: run_id)
+      incident (its subscription)
+    resolved, no active run       -> ignore / resolved_without_run
+    below the severity threshold  -> ignore / below_threshold
+    the group is flapping/storming-> ignore / flapping | storm (basis: the noise verdict)
+    a run for the group key       -> ignore / cooldown       (basis: last_run_at, cooldown_until)
+      inside the cooldown
+    otherwise                     -> create_run / new_incident | reinvestigate
+
+A duplicate (same source identity seen before) is known only when its row is refused, so
+it has its own function, :func:`duplicate`. The effect on the incident (open one, change it,
+only link the alert, or nothing) is decided separately by :func:`incident_effect`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import AwareDatetime, Field
+
+from ira.core.alert import AlertStatus, DecisionKind, Severity
+from ira.core.model import Model
+
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
+
+
+class Reason(StrEnum):
+    NEW_INCIDENT = "new_incident"
+    REINVESTIGATE = "reinvestigate"
+    """An open incident without an active run gets an alert at/above the threshold after the cooldown."""
+    RUN_SUBSCRIBED = "run_subscribed"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+    RESOLVED_WITHOUT_INCIDENT = "resolved_without_incident"
+    RESOLVED_WITHOUT_RUN = "resolved_without_run"
+    BELOW_THRESHOLD = "below_threshold"
+    SILENCED = "silenced"
+    FLAPPING = "flapping"
+    STORM = "storm"
+    COOLDOWN = "cooldown"
+
+
+class IncidentStatus(StrEnum):
+    OPEN = "open"
+    """At least one alert firing."""
+    RESOLVED = "resolved"
+    """Every alert resolved; still the group's incident until the quiet period passed."""
+    CLOSED = "closed"
+
+
+class Effect(StrEnum):
+    """What the event does to its group's incident."""
+
+    NONE = "none"
+    """Not part of any incident (silenced, resolved without one, duplicate)."""
+    OPEN = "open"
+    LINK = "link"
+    """Recorded with the incident but changes nothing (stale)."""
+    JOIN = "join"
+    """Changes the open incident: its version moves."""
+
+
+class AlertState(Model):
+    """The incident's last recorded state of one alert (by fingerprint)."""
+
+    status: AlertStatus
+    at: AwareDatetime
+
+
+class IncidentState(Model):
+    """The open incident of the alert's group key, as read in the deciding transaction."""
+
+    incident_id: str
+    version: int
+    firing_count: int
+    alert: AlertState | None = None
+    """This alert's last state in the incident; None if it has not been part of it."""
+    active_run_id: str | None = None
+    """A run for this incident that is not completed, failed or cancelled: the subscription."""
+
+
+class NoiseVerdict(Model):
+    """The windowed noise state of a group key (written by the faust worker; advisory)."""
+
+    kind: Literal["flapping", "storm"]
+    until: AwareDatetime
+    transitions: int
+    alerts: int
+    window_seconds: float
+
+
+class Policy(Model):
+    threshold: Severity = Severity.WARNING
+    cooldown: timedelta = timedelta(minutes=30)
+
+
+class Case(Model):
+    """Everything one decision may look at."""
+
+    status: AlertStatus
+    severity: Severity
+    state_at: AwareDatetime
+    now: AwareDatetime
+    incident: IncidentState | None = None
+    last_run_at: AwareDatetime | None = None
+    """When the group key last asked for a run (the cooldown's anchor), from SQL."""
+    silence_id: str | None = None
+    noise: NoiseVerdict | None = None
+
+
+class Decision(Model):
+    decision: DecisionKind
+    reason: Reason
+    basis: dict[str, object] = Field(default_factory=dict)
+
+
+def _ignore(reason: Reason, **basis: object) -> Decision:
+    return Decision(decision=DecisionKind.IGNORE, reason=reason, basis=basis)
+
+
+def is_stale(last: AlertState | None, status: AlertStatus, at: datetime) -> bool:
+    """Older than the last recorded state; at the same instant a resolve beats a firing."""
+    if last is None:
+        return False
+    return at < last.at or (at == last.at and last.status == AlertStatus.RESOLVED and status == AlertStatus.FIRING)
+
+
+def _silenced(case: Case, policy: Policy) -> Decision | None:
+    return _ignore(Reason.SILENCED, silence_id=case.silence_id) if case.silence_id else None
+
+
+def _stale(case: Case, policy: Policy) -> Decision | None:
+    last = case.incident.alert if case.incident else None
+    if last is None or not is_stale(last, case.status, case.state_at):
+        return None
+    return _ignore(Reason.STALE, last_status=last.status.value, last_state_at=last.at.isoformat(),
+                   state_at=case.state_at.isoformat())
+
+
+def _resolved_unknown(case: Case, policy: Policy) -> Decision | None:
+    if case.status != AlertStatus.RESOLVED or (case.incident and case.incident.alert):
+        return None
+    return _ignore(Reason.RESOLVED_WITHOUT_INCIDENT)
+
+
+def _deliver(case: Case, policy: Policy) -> Decision | None:
+    if case.incident is None or case.incident.active_run_id is None:
+        return None
+    return Decision(decision=DecisionKind.DELIVER, reason=Reason.RUN_SUBSCRIBED,
+                    basis={"run_id": case.incident.active_run_id})
+
+
+def _resolved_without_run(case: Case, policy: Policy) -> Decision | None:
+    return _ignore(Reason.RESOLVED_WITHOUT_RUN) if case.status == AlertStatus.RESOLVED else None
+
+
+def _below_threshold(case: Case, policy: Policy) -> Decision | None:
+    if SEVERITY_RANK[case.severity] >= SEVERITY_RANK[policy.threshold]:
+        return None
+    return _ignore(Reason.BELOW_THRESHOLD, threshold=policy.threshold.value)
+
+
+def _noisy(case: Case, policy: Policy) -> Decision | None:
+    noise = case.noise
+    if noise is None or noise.until <= case.now:
+        return None
+    reason = Reason.FLAPPING if noise.kind == "flapping" else Reason.STORM
+    return _ignore(reason, noise=noise.model_dump(mode="json"))
+
+
+def _cooldown(case: Case, policy: Policy) -> Decision | None:
+    if case.last_run_at is None or case.now >= case.last_run_at + policy.cooldown:
+        return None
+    return _ignore(Reason.COOLDOWN, last_run_at=case.last_run_at.isoformat(),
+                   cooldown_until=(case.last_run_at + policy.cooldown).isoformat())
+
+
+_RULES: tuple[Callable[[Case, Policy], Decision | None], ...] = (
+    _silenced, _stale, _resolved_unknown, _deliver, _resolved_without_run, _below_threshold, _noisy, _cooldown,
+)
+
+
+def decide(case: Case, policy: Policy) -> Decision:
+    """The first rule that applies; a run is asked for only when none does."""
+    for rule in _RULES:
+        decision = rule(case, policy)
+        if decision is not None:
+            return decision
+    reason = Reason.NEW_INCIDENT if case.incident is None else Reason.REINVESTIGATE
+    return Decision(decision=DecisionKind.CREATE_RUN, reason=reason, basis={"threshold": policy.threshold.value})
+
+
+def needs_noise(case: Case) -> bool:
+    """Only a possible run request looks at the noise state (saves a Redis read per follow-up)."""
+    no_run = case.incident is None or case.incident.active_run_id is None
+    return case.silence_id is None and case.status == AlertStatus.FIRING and no_run
+
+
+def duplicate(first_event_id: str) -> Decision:
+    """The source identity was applied before (under ``first_event_id``): nothing changes."""
+    return _ignore(Reason.DUPLICATE, first_event_id=first_event_id)
+
+
+def incident_effect(case: Case, decision: Decision) -> Effect:
+    """How the event touches its group's incident, given what was decided about it."""
+    if decision.reason in (Reason.SILENCED, Reason.RESOLVED_WITHOUT_INCIDENT, Reason.DUPLICATE):
+        return Effect.NONE
+    if decision.reason == Reason.STALE:
+        return Effect.LINK
+    return Effect.OPEN if case.incident is None else Effect.JOIN
+
+
+def firing_delta(last: AlertState | None, status: AlertStatus) -> int:
+    """How the incident's count of firing alerts moves when this alert takes ``status``."""
+    was_firing = last is not None and last.status == AlertStatus.FIRING
+    is_firing = status == AlertStatus.FIRING
+    return int(is_firing) - int(was_firing)
+
+
+def max_severity(current: Severity, new: Severity) -> Severity:
+    return new if SEVERITY_RANK[new] > SEVERITY_RANK[current] else current
+
+
+def status_for(firing_count: int) -> IncidentStatus:
+    return IncidentStatus.OPEN if firing_count > 0 else IncidentStatus.RESOLVED

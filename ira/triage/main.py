@@ -1,0 +1,97 @@
+"""The ``triage`` role: the composition root of the package.
+
+``run`` consumes ``ira.alerts.v1`` (consumer ``triage``, group ``ira-triage``, inbox mode,
+``triage.batch_size`` events per transaction), closes incidents whose quiet period passed,
+and — with ``triage.noise.enabled`` — supervises the faust noise worker child process.
+``routers`` serves the incidents API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ira.core.envelope import PRODUCTION, Topic, topic_name
+from ira.runtime.wiring import build_consumer
+from ira.triage.api import build_router
+from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
+from ira.triage.worker import TriageHandler, close_quiet_incidents
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from ira.runtime.platform import Platform
+    from ira.triage.noise_process import NoiseWorkerProcess
+
+CONSUMER = "triage"
+
+
+def scoped(name: str, environment: str) -> str:
+    """Consumer groups and Redis prefixes per environment, like topic names."""
+    return name if environment == PRODUCTION else f"{environment}.{name}"
+
+
+def redis_prefix(environment: str) -> str:
+    return f"ira:{environment}:"
+
+
+def noise_state(platform: Platform) -> NoiseState:
+    if not platform.settings.triage.noise.enabled:
+        return NoNoiseState()
+    return RedisNoiseState(platform.redis, prefix=redis_prefix(platform.settings.environment))
+
+
+def build_handler(platform: Platform) -> TriageHandler:
+    settings = platform.settings
+    return TriageHandler(settings=settings.triage, environment=settings.environment, clock=platform.clock,
+                         noise=noise_state(platform))
+
+
+def build_noise_process(platform: Platform, *, redis_url: str) -> NoiseWorkerProcess:
+    """The faust child for this platform (its data and log under the data dir)."""
+    from ira.triage.noise_app import NoiseWorkerConfig
+    from ira.triage.noise_process import NoiseWorkerProcess
+
+    settings = platform.settings
+    data_dir = settings.data_dir.resolve() / "triage-noise"
+    config = NoiseWorkerConfig(
+        bootstrap=platform.kafka_bootstrap, source_topic=topic_name(Topic.ALERTS, settings.environment),
+        app_id=scoped("ira-triage-noise", settings.environment), partitions=settings.kafka.partitions,
+        data_dir=str(data_dir), redis_url=redis_url, key_prefix=redis_prefix(settings.environment),
+        triage=settings.triage.model_dump(mode="json"), log_level=settings.log_level.lower())
+    return NoiseWorkerProcess(config, log_path=settings.data_dir.resolve() / "logs" / "triage-noise.log")
+
+
+def _redis_url(platform: Platform) -> str:
+    """The URL the platform's Redis client was built from (the embedded server's socket in ``ira dev``)."""
+    if platform.settings.redis_url:
+        return platform.settings.redis_url
+    kwargs = platform.redis.connection_pool.connection_kwargs
+    return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+
+
+class TriageRole:
+    """``ira worker --role triage``."""
+
+    name = "triage"
+
+    def routers(self, platform: Platform) -> Sequence[APIRouter]:
+        return [build_router(platform.settings, platform.db)]
+
+    async def run(self, platform: Platform, stop: asyncio.Event) -> None:
+        settings = platform.settings
+        handler = build_handler(platform)
+        runner = build_consumer(platform, name=CONSUMER, topics=[Topic.ALERTS], handler=handler,
+                                group_id=scoped("ira-triage", settings.environment),
+                                batch_size=settings.triage.batch_size, finish_batch=handler.finish)
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(runner.run(stop), name="triage-consumer")
+            tasks.create_task(close_quiet_incidents(platform.db, platform.clock, settings=settings.triage,
+                                                    stop=stop), name="triage-close")
+            if settings.triage.noise.enabled:
+                noise = build_noise_process(platform, redis_url=_redis_url(platform))
+                tasks.create_task(noise.run(stop), name="triage-noise")
+
+
+role = TriageRole()

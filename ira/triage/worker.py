@@ -1,0 +1,237 @@
+"""Triage's consumer handler: one alert event in, one evaluation out, in the consumer's transaction.
+
+For each ``alert.received`` envelope, inside the ConsumerRunner's transaction (which already
+holds the inbox row, the event-id dedupe): read the group's open incident and the alert's
+source identity (:func:`ira.triage.store.look_up`; a known identity is ``ignore/duplicate``,
+the second dedupe), decide (:mod:`ira.triage.decide`), open or change the incident, and keep
+the alert row, the evaluation and — for ``create_run`` and ``deliver`` only — the outbox row
+of an ``incident.decision`` on ``ira.incidents.v1`` (keyed ``tenant:incident_id``, so a run's
+subscription receives its incident's decisions in order). Those writes go to the database
+when the transaction's batch ends (:meth:`TriageHandler.finish`, the consumer's
+``finish_batch``), in a few statements for the whole batch. ``change.recorded`` envelopes are
+stored for the investigators. Anything else is poison (DLQ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import TypeVar
+from weakref import WeakKeyDictionary
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.alert import ALERT_MESSAGE, CHANGE_MESSAGE, AlertEvent, ChangeEvent, DecisionKind, Evaluation
+from ira.core.clock import Clock
+from ira.core.commit import OutboxMessage
+from ira.core.decision import DECISION_MESSAGE, IncidentDecision
+from ira.core.envelope import Envelope, Topic, topic_name
+from ira.core.errors import InvalidMessageError, TransientError
+from ira.core.ids import new_id
+from ira.core.model import Model
+from ira.runtime.bus.record import RecordMeta
+from ira.runtime.pause import pause
+from ira.runtime.settings.triage import TriageSettings
+from ira.runtime.store.database import Database
+from ira.triage import store
+from ira.triage.batch import Pending, View
+from ira.triage.decide import (
+    Case,
+    Decision,
+    Effect,
+    IncidentState,
+    NoiseVerdict,
+    Policy,
+    decide,
+    duplicate,
+    incident_effect,
+    needs_noise,
+)
+from ira.triage.grouping import group_key, group_labels
+from ira.triage.incident import alert_state, changed, is_quiet_over, opened
+from ira.triage.noise import NoiseState
+from ira.triage.silence import find_silence
+from ira.triage.store import IncidentRecord
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_payload(model: type[M], envelope: Envelope) -> M:
+    """The envelope's payload as ``model``; anything that does not validate is poison."""
+    try:
+        parsed = model.model_validate(envelope.payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "payload"
+        raise InvalidMessageError(f"{envelope.type} payload {where}: {first['msg']}") from exc
+    if getattr(parsed, "tenant_id", envelope.tenant_id) != envelope.tenant_id:
+        raise InvalidMessageError(f"{envelope.type} payload tenant differs from the envelope's")
+    return parsed
+
+
+class TriageHandler:
+    """The InboxHandler of the ``triage`` consumer; :meth:`finish` is its ``finish_batch``.
+
+    One instance serves one consumer: it keeps each open transaction's pending writes (keyed
+    weakly by the connection, so a rolled-back batch leaves nothing behind).
+    """
+
+    def __init__(self, *, settings: TriageSettings, environment: str, clock: Clock, noise: NoiseState) -> None:
+        self._settings, self._clock, self._noise = settings, clock, noise
+        self._policy = Policy(threshold=settings.severity_threshold, cooldown=settings.cooldown)
+        self._topic = topic_name(Topic.INCIDENTS, environment)
+        self._batches: WeakKeyDictionary[AsyncConnection, Pending] = WeakKeyDictionary()
+
+    async def __call__(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
+        with store.conflicts_as_retries():
+            if envelope.type == CHANGE_MESSAGE:
+                await store.record_change(conn, parse_payload(ChangeEvent, envelope))
+            elif envelope.type == ALERT_MESSAGE:
+                await self.triage(conn, parse_payload(AlertEvent, envelope), traceparent=envelope.traceparent)
+            else:
+                raise InvalidMessageError(f"triage cannot read envelope type {envelope.type!r}")
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        """Write what this transaction decided (the consumer calls it before committing)."""
+        pending = self._batches.pop(conn, None)
+        if pending is not None:
+            with store.conflicts_as_retries():
+                await pending.flush(conn)
+
+    async def triage(self, conn: AsyncConnection, alert: AlertEvent, *, traceparent: str | None = None) -> Evaluation:
+        """Decide about ``alert``; its writes wait in the transaction's pending batch until :meth:`finish`."""
+        pending = self._batches.setdefault(conn, Pending())
+        grouped = await self._group(conn, pending, alert)
+        if grouped.view.first_event_id is not None:
+            return self._duplicate(pending, grouped)
+        case = await self._case(pending, grouped)
+        decision = decide(case, self._policy)
+        evaluation_id = new_id("evl")
+        record = self._apply(pending, grouped, case=case, decision=decision, evaluation_id=evaluation_id)
+        evaluation = _evaluation(grouped, decision, record, evaluation_id=evaluation_id)
+        message = None
+        if decision.decision != DecisionKind.IGNORE and record is not None:
+            message = self._message(grouped, evaluation, record, traceparent=traceparent)
+        counted = incident_effect(case, decision) in (Effect.OPEN, Effect.JOIN)
+        pending.event(alert, store.alert_row(alert, group_key=grouped.group_key,
+                                             incident_id=record.incident_id if record else None),
+                      evaluation, state=alert_state(alert, case.state_at) if counted else None, outbox=message)
+        return evaluation
+
+    async def _group(self, conn: AsyncConnection, pending: Pending, alert: AlertEvent) -> Grouped:
+        now = self._clock.now()
+        labels = group_labels(alert, self._settings.group_by_for(alert.tenant_id))
+        key = group_key(labels)
+        lookup = pending.known(alert, key) or await store.look_up(conn, alert, key)
+        view = pending.view(alert, key, lookup)
+        if view.incident is not None and is_quiet_over(view.incident, now):
+            pending.close(view.incident, now)
+            view = pending.view(alert, key, lookup)
+        return Grouped(alert=alert, group_key=key, labels=labels, now=now, view=view)
+
+    async def _case(self, pending: Pending, grouped: Grouped) -> Case:
+        alert, view = grouped.alert, grouped.view
+        silence = find_silence(self._settings.silences, alert, grouped.now)
+        incident = None
+        if view.incident is not None:
+            incident = IncidentState(incident_id=view.incident.incident_id, version=view.incident.version,
+                                     firing_count=view.incident.firing_count, alert=view.alert,
+                                     active_run_id=view.active_run_id)
+        case = Case(status=alert.status, severity=alert.severity, state_at=store.state_at(alert), now=grouped.now,
+                    incident=incident, last_run_at=view.last_run_at, silence_id=silence.id if silence else None)
+        if needs_noise(case):
+            case = case.model_copy(update={"noise": await self._verdict(pending, alert.tenant_id, grouped.group_key)})
+        return case
+
+    async def _verdict(self, pending: Pending, tenant_id: str, key: str) -> NoiseVerdict | None:
+        """The group's noise verdict, read once per batch (it is advisory and changes slowly)."""
+        known, verdict = pending.noise((tenant_id, key))
+        if not known:
+            verdict = await self._noise.verdict(tenant_id, key)
+            pending.remember_noise((tenant_id, key), verdict)
+        return verdict
+
+    def _apply(
+        self, pending: Pending, grouped: Grouped, *, case: Case, decision: Decision, evaluation_id: str
+    ) -> IncidentRecord | None:
+        """The incident after this event (None if the event is in no incident)."""
+        effect, current = incident_effect(case, decision), grouped.view.incident
+        run_evaluation_id = evaluation_id if decision.decision == DecisionKind.CREATE_RUN else None
+        if effect == Effect.NONE:
+            return None
+        if effect == Effect.LINK:
+            return current
+        if current is None:
+            record = opened(grouped.alert, incident_id=new_id("inc"), group_key=grouped.group_key,
+                            labels=grouped.labels, now=grouped.now, last_run_at=grouped.view.last_run_at,
+                            run_evaluation_id=run_evaluation_id)
+            pending.opened(record)
+            return record
+        record = changed(current, grouped.alert, previous=grouped.view.alert, now=grouped.now,
+                         quiet_period=self._settings.quiet_period, run_evaluation_id=run_evaluation_id)
+        pending.changed(current, record)
+        return record
+
+    def _duplicate(self, pending: Pending, grouped: Grouped) -> Evaluation:
+        view = grouped.view
+        decision = duplicate(view.first_event_id or "")
+        evaluation = Evaluation(
+            evaluation_id=new_id("evl"), tenant_id=grouped.alert.tenant_id, event_id=grouped.alert.event_id,
+            incident_id=view.first_incident_id, decision=decision.decision, reason=decision.reason,
+            basis={**decision.basis, "group_key": grouped.group_key}, at=grouped.now)
+        pending.duplicate(evaluation)
+        return evaluation
+
+    def _message(
+        self, grouped: Grouped, evaluation: Evaluation, record: IncidentRecord, *, traceparent: str | None
+    ) -> OutboxMessage:
+        alert = grouped.alert
+        payload = IncidentDecision(
+            evaluation_id=evaluation.evaluation_id, decision=evaluation.decision, tenant_id=alert.tenant_id,
+            incident_id=record.incident_id, incident_version=record.version, group_key=grouped.group_key,
+            service=record.service, environment=record.environment, severity=record.severity, title=record.title,
+            alert=alert, opened_at=record.opened_at, reason=evaluation.reason, basis=evaluation.basis)
+        envelope = Envelope(message_id=evaluation.evaluation_id, type=DECISION_MESSAGE, tenant_id=alert.tenant_id,
+                            occurred_at=grouped.now, traceparent=traceparent, payload=payload.model_dump(mode="json"))
+        return OutboxMessage(topic=self._topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope)
+
+
+class Grouped(Model):
+    """An alert with its group and the group as this batch sees it."""
+
+    alert: AlertEvent
+    group_key: str
+    labels: dict[str, str]
+    now: datetime
+    view: View
+
+
+def _evaluation(grouped: Grouped, decision: Decision, record: IncidentRecord | None, *,
+                evaluation_id: str) -> Evaluation:
+    """The stored evaluation: the rule's own basis plus the facts every decision rests on."""
+    alert = grouped.alert
+    basis: dict[str, object] = {
+        **decision.basis, "group_key": grouped.group_key, "fingerprint": alert.fingerprint,
+        "status": alert.status.value, "severity": alert.severity.value,
+        "incident_version": record.version if record else None,
+    }
+    return Evaluation(evaluation_id=evaluation_id, tenant_id=alert.tenant_id, event_id=alert.event_id,
+                      incident_id=record.incident_id if record else None, decision=decision.decision,
+                      reason=decision.reason, basis=basis, at=grouped.now)
+
+
+async def close_quiet_incidents(db: Database, clock: Clock, *, settings: TriageSettings, stop: asyncio.Event) -> None:
+    """Every ``close_interval``, close incidents whose quiet period passed (lookups also do it lazily)."""
+    while not stop.is_set():
+        try:
+            async with db.transaction() as conn:
+                closed = await store.close_quiet_incidents(conn, now=clock.now())
+            if closed:
+                log.info("triage: closed %d quiet incident(s)", closed)
+        except (TransientError, OperationalError, InterfaceError) as exc:  # the database is busy or away
+            log.warning("triage: closing quiet incidents failed, trying again later: %s", exc)
+        await pause(stop, settings.close_interval.total_seconds())

@@ -1,0 +1,180 @@
+"""Triage as a Kafka consumer on the embedded broker: ordering, replays, scale-out, poison.
+
+Events are published exactly as the sources role publishes them; decisions are read back
+from ``ira.incidents.v1`` after the real outbox relay sent them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from ira.core.alert import AlertStatus
+from ira.core.clock import FrozenClock
+from ira.core.decision import IncidentDecision
+from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.consumer import ConsumerRunner
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import outbox
+from ira.triage.worker import TriageHandler
+from tests.eventually import eventually
+from tests.store_fixtures import open_database
+from tests.triage.builders import T0, alert, envelope, key, resolved
+from tests.triage.harness import evaluations, handler, incident_rows, minutes, start_run
+from tests.triage.kafka_harness import publish, read_topic, relay, running, triage_consumer
+
+
+@pytest.fixture
+async def producer(kafka: EmbeddedKafka) -> AsyncIterator[BusProducer]:
+    async with BusProducer(kafka.bootstrap) as bus_producer:
+        yield bus_producer
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
+    database, _ = await open_database("sqlite", tmp_path)
+    yield database
+    await database.close()
+
+
+def triage_for(bus_env: str) -> TriageHandler:
+    return handler(FrozenClock(T0), environment=bus_env)
+
+
+Build = Callable[..., ConsumerRunner]
+
+
+@pytest.fixture
+def consumer_for(kafka: EmbeddedKafka, bus_env: str, producer: BusProducer) -> Build:
+    """A triage consumer of this test's topics over ``db`` (options: group_id, batch_size)."""
+
+    def build(db: Database, **options: Any) -> ConsumerRunner:
+        return triage_consumer(kafka, bus_env, producer=producer, db=db, handler=triage_for(bus_env), **options)
+
+    return build
+
+
+async def count(db: Database, table) -> int:  # type: ignore[no-untyped-def]
+    async with db.reader() as conn:
+        return (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+
+
+async def decisions_on_topic(kafka: EmbeddedKafka, bus_env: str, expected: int) -> list[IncidentDecision]:
+    records = await read_topic(kafka, topic_name(Topic.INCIDENTS, bus_env), expected)
+    return [IncidentDecision.model_validate(Envelope.from_bytes(r.value).payload) for r in records]
+
+
+async def test_a_resolved_alert_reaches_the_waiting_runs_subscription(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, sqlite_db: Database, consumer_for: Build
+) -> None:
+    consumer = consumer_for(sqlite_db)
+    async with running(consumer, relay(sqlite_db, producer)):
+        await publish(producer, bus_env, [alert(fingerprint="fp-1")])
+        [opened] = await eventually(lambda: decisions_on_topic(kafka, bus_env, 1))
+        run_id = await start_run(sqlite_db, opened.incident_id)  # the coordinator's C1, simulated
+        await publish(producer, bus_env, [resolved(fingerprint="fp-1", at=T0 + minutes(2))])
+        decisions = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 2), 2))
+
+    create, deliver = decisions
+    assert (create.decision, deliver.decision) == ("create_run", "deliver")
+    assert deliver.incident_id == opened.incident_id and deliver.basis["run_id"] == run_id
+    assert (deliver.alert.status, deliver.incident_version) == (AlertStatus.RESOLVED, 2)
+
+
+async def _at_least(found, n: int):  # type: ignore[no-untyped-def]
+    items = await found
+    return items if len(items) >= n else None
+
+
+async def test_decisions_keep_each_groups_order(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, sqlite_db: Database, consumer_for: Build
+) -> None:
+    consumer = consumer_for(sqlite_db, batch_size=50)
+    first = [alert(fingerprint="fp-a"), alert(fingerprint="fp-b", service="payments")]
+    flips = [(resolved if i % 2 == 0 else alert)(fingerprint=fp, service=svc, at=T0 + minutes(i + 1))
+             for i in range(10) for fp, svc in (("fp-a", "checkout"), ("fp-b", "payments"))]
+    async with running(consumer, relay(sqlite_db, producer)):
+        await publish(producer, bus_env, first)
+        opened = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 2), 2))
+        for decision in opened:
+            await start_run(sqlite_db, decision.incident_id)
+        await publish(producer, bus_env, flips)
+        decisions = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 22), 22), timeout=20)
+
+    for incident_id in {d.incident_id for d in opened}:
+        mine = [d for d in decisions if d.incident_id == incident_id]
+        assert [d.incident_version for d in mine] == list(range(1, 12))
+        assert [d.alert.status.value for d in mine[1:]] == ["resolved", "firing"] * 5
+        assert [d.decision for d in mine] == ["create_run"] + ["deliver"] * 10
+
+
+async def test_reconsumed_events_create_no_second_incident_or_decision(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, sqlite_db: Database, consumer_for: Build
+) -> None:
+    events = [alert(fingerprint="fp-1"), alert(fingerprint="fp-2"), alert(fingerprint="fp-3", service="payments"),
+              resolved(fingerprint="fp-1", at=T0 + minutes(1))]
+    await publish(producer, bus_env, events)
+    first = consumer_for(sqlite_db)
+    async with running(first):
+        await eventually(lambda: first.stats.processed == 4)
+    incidents, evaluated = await incident_rows(sqlite_db), await evaluations(sqlite_db)
+
+    # a second consumer group reads the topic from offset 0 (an offset reset), and a sender
+    # retries one alert under a new event id: the inbox and the source identity catch both
+    replay = consumer_for(sqlite_db, batch_size=10)
+    retried = events[1].model_copy(update={"event_id": "retried-event-id"})
+    await publish(producer, bus_env, [retried])
+    async with running(replay):
+        await eventually(lambda: replay.stats.duplicates == 4 and replay.stats.processed == 1)
+
+    assert await incident_rows(sqlite_db) == incidents and await count(sqlite_db, outbox) == 2
+    [late] = [e for e in await evaluations(sqlite_db) if e not in evaluated]
+    assert (late["event_id"], late["reason"], late["basis"]["first_event_id"]) == (
+        "retried-event-id", "duplicate", events[1].event_id)
+
+
+async def test_two_workers_split_the_partitions_and_still_make_one_incident_per_group(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database, consumer_for: Build
+) -> None:
+    group_id = f"ira-triage-shared-{bus_env}"
+    workers = [consumer_for(db, group_id=group_id, batch_size=20) for _ in range(2)]
+    services = [f"svc-{i}" for i in range(4)]
+    events = [alert(fingerprint=f"fp-{s}-{n}", service=s) for n in range(8) for s in services]
+    async with running(*workers):
+        await eventually(lambda: all(w.lag() for w in workers), timeout=30, message="both workers assigned")
+        await publish(producer, bus_env, events)
+        await eventually(lambda: sum(w.stats.processed for w in workers) == len(events), timeout=30)
+
+    incidents = await incident_rows(db)
+    assert all(w.stats.processed > 0 for w in workers)
+    assert sorted(i["service"] for i in incidents) == services
+    assert {(i["version"], i["firing_count"]) for i in incidents} == {(8, 8)}
+    reasons = [e["reason"] for e in await evaluations(db)]
+    assert reasons.count("new_incident") == 4 and reasons.count("cooldown") == 28
+
+
+async def test_poison_goes_to_the_dlq_and_the_partition_keeps_flowing(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, sqlite_db: Database, consumer_for: Build
+) -> None:
+    topic, good = topic_name(Topic.ALERTS, bus_env), alert()
+    bad_type = envelope(alert(fingerprint="fp-x")).model_copy(update={"type": "alert.exploded"})
+    bad_payload = envelope(alert(fingerprint="fp-y")).model_copy(update={"payload": {"status": "firing"}})
+    await producer.publish_raw(topic, key(good), b"{not json", {})
+    await producer.publish(topic, key(good), bad_type)
+    await producer.publish(topic, key(good), bad_payload)
+    await publish(producer, bus_env, [good])
+    consumer = consumer_for(sqlite_db, batch_size=10)
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.dead_lettered == 3 and consumer.stats.processed == 1)
+
+    letters = [DeadLetter.model_validate_json(r.value)
+               for r in await read_topic(kafka, topic_name(Topic.DLQ, bus_env), 3)]
+    assert {(d.consumer, d.error_code) for d in letters} == {("triage", "invalid_message")}
+    assert any("alert.exploded" in d.reason for d in letters)
+    assert [e["event_id"] for e in await evaluations(sqlite_db)] == [good.event_id]
