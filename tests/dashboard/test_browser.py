@@ -17,8 +17,8 @@ from ira.runtime.platform import Platform
 from ira.runtime.store import runs
 from tests.contracts.test_store import new_run
 from tests.eventually import eventually
-from tests.serving import serve
 from tests.services import require_service
+from tests.serving import serve
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

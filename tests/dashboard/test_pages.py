@@ -52,7 +52,8 @@ async def login(client: httpx.AsyncClient, token: str = ADMIN) -> None:
 async def test_pages_need_a_login(client: httpx.AsyncClient) -> None:
     response = await client.get("/")
     assert response.status_code == 303 and response.headers["location"] == "/login"
-    bad = await client.post("/login", content="token=nope", headers={"content-type": "application/x-www-form-urlencoded"})
+    bad = await client.post("/login", content="token=nope",
+                            headers={"content-type": "application/x-www-form-urlencoded"})
     assert bad.headers["location"].startswith("/login?error")
     assert SESSION_COOKIE not in client.cookies
 
