@@ -35,7 +35,7 @@ from ira.sources.main import build_router
 from tests.eventually import eventually
 from tests.processes import free_port
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # copies of ../shared/fixtures
 """Real Alertmanager and Grafana payloads, in ``shared/`` beside the repository (here and in CI)."""
 AM_TOKEN = "dev-am-token"
 GRAFANA_TOKEN = "dev-grafana-token"

@@ -14,7 +14,7 @@ import pytest
 from tests.eventually import eventually
 from tests.processes import alive, descendants_and_holders, free_port, ira_command
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # copies of ../shared/fixtures
 ADMIN = {"Authorization": "Bearer dev-admin-token"}
 pytestmark = pytest.mark.slow
 
