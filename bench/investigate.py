@@ -145,14 +145,18 @@ async def bench_pipeline(url: str, ops: int, timeout: float) -> None:
 
 
 async def _waiting(client: httpx.AsyncClient, headers: dict[str, str]) -> set[str]:
-    body = (await client.get("/v1/runs", params={"state": "waiting", "wait_kind": "approval", "limit": 1000},
-                             headers=headers)).json()
-    return {r["run_id"] for r in body.get("runs", [])}
+    response = await client.get("/v1/runs", params={"state": "waiting", "wait_kind": "approval", "limit": 500},
+                                headers=headers)
+    response.raise_for_status()  # a refused query must fail the benchmark, not read as "nothing yet"
+    return {r["run_id"] for r in response.json()["runs"]}
 
 
 def _payload() -> dict[str, Any]:
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    labels = {**ALERT["labels"], "bench_id": uuid.uuid4().hex[:12]}
+    bench_id = uuid.uuid4().hex[:12]
+    # A new alert name per op: triage groups by alertname + service + environment, so each op
+    # opens its own incident (and run) instead of joining the previous one.
+    labels = {**ALERT["labels"], "alertname": f"{ALERT['labels']['alertname']}-{bench_id}", "bench_id": bench_id}
     alert = {"status": "firing", "labels": labels, "annotations": ALERT["annotations"], "startsAt": now,
              "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://127.0.0.1:9090/graph",
              "fingerprint": uuid.uuid4().hex[:16]}
