@@ -77,7 +77,14 @@ async def test_cancel_while_the_ticket_operation_is_submitted_keeps_reconciling(
         # When the run is cancelled while the Operation is SUBMITTED
         assert (await client.post(f"/v1/runs/{run_id}/cancel", headers=auth("admin"))).status_code == 202
         await Scanner(db=db, clock=clock, environment="prod").scan_once()  # the reconcile timer is due now
-        await pump._deliver_batch()
+
+        async def reconciling() -> bool:
+            """Deliver until the cancel's reconciliation has run (it raises the barrier first)."""
+            await pump._deliver_batch()
+            async with db.reader() as conn:
+                return "OPERATION_RECONCILING" in [e.type for e in await runs.list_events(conn, "acme", run_id)]
+
+        await eventually(reconciling, timeout=20, message="reconciliation ran before the gate opens")
         gated.release.set()
         await asyncio.wait_for(draining, timeout=20)
         tickets = (await client.get("/v1/tickets", headers=auth("viewer"))).json()["tickets"]
