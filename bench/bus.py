@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
+from scratch import scratch_database
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -40,7 +40,6 @@ from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import Outcome, RecordMeta, RecordOutcome
 from ira.runtime.store.database import Database
-from ira.runtime.store.migrate import upgrade
 
 bench_metadata = MetaData()
 effects = Table(
@@ -68,28 +67,11 @@ def envelopes(count: int) -> list[Envelope]:
 
 @asynccontextmanager
 async def database(backend: str, url: str | None, workdir: Path) -> AsyncIterator[Database]:
-    """A migrated, empty database: a SQLite file, or a throwaway PostgreSQL schema."""
-    schema = None
-    if backend == "sqlite":
-        db = Database.create(f"sqlite:///{workdir / f'bench-{uuid.uuid4().hex[:8]}.db'}")
-    else:
-        assert url is not None
-        schema = f"bench_{uuid.uuid4().hex[:10]}"
-        conn = await asyncpg.connect(url)
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-        await conn.close()
-        db = Database.create(url, schema=schema)
-    try:
-        await upgrade(db)
+    """A scratch database plus the benchmark's own effect table."""
+    async with scratch_database(backend, url, workdir) as db:
         async with db.transaction() as tx:
             await tx.run_sync(bench_metadata.create_all)
         yield db
-    finally:
-        await db.close()
-        if schema:
-            conn = await asyncpg.connect(url)
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-            await conn.close()
 
 
 async def produce(producer: BusProducer, topic: str, count: int) -> float:

@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
+from scratch import scratch_database
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -57,7 +57,6 @@ from ira.runtime.store import budget
 from ira.runtime.store import runs as run_store
 from ira.runtime.store.artifacts import put_artifact
 from ira.runtime.store.database import Database
-from ira.runtime.store.migrate import upgrade
 from ira.runtime.store.schema import attempts, events, runs
 
 ENV = "prod"
@@ -122,27 +121,7 @@ def instant_investigators(db: Database, clock: Clock) -> dict[str, StepHandler]:
     return {kind.value: handle for kind in BranchKind}
 
 
-@asynccontextmanager
-async def database(backend: str, url: str | None, workdir: Path) -> AsyncIterator[Database]:
-    """A migrated, empty database: a SQLite file, or a throwaway PostgreSQL schema."""
-    schema = f"bench_runs_{time.time_ns()}"
-    if backend == "postgresql":
-        await _pg(url, f'CREATE SCHEMA "{schema}"')
-    db = Database.create(str(url), schema=schema, pool_size=20) if backend == "postgresql" else \
-        Database.create(f"sqlite:///{workdir / f'{schema}.db'}")
-    try:
-        await upgrade(db)
-        yield db
-    finally:
-        await db.close()
-        if backend == "postgresql":
-            await _pg(url, f'DROP SCHEMA "{schema}" CASCADE')
-
-
-async def _pg(url: str | None, sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    await conn.execute(sql)
-    await conn.close()
+database = scratch_database  # a migrated, empty database for one run (bench/scratch.py)
 
 
 def agents(db: Database, bootstrap: str, producer: BusProducer) -> ConsumerRunner:

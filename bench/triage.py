@@ -34,14 +34,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 from redis.asyncio import Redis
+from scratch import scratch_database
 
 from ira.core.alert import AlertEvent, AlertStatus, Severity, SourceKind
 from ira.core.clock import SystemClock
@@ -54,7 +53,6 @@ from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import Outcome, RecordOutcome
 from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import Database
-from ira.runtime.store.migrate import upgrade
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
 from ira.triage.worker import TriageHandler
 
@@ -96,28 +94,7 @@ def _message(alert: AlertEvent) -> OutboxMessage:
     return OutboxMessage(topic="", key=f"{alert.tenant_id}:{alert.fingerprint}", envelope=envelope)
 
 
-@asynccontextmanager
-async def database(backend: str, url: str | None, workdir: Path) -> AsyncIterator[Database]:
-    """A migrated, empty database: a SQLite file, or a throwaway PostgreSQL schema."""
-    schema = None
-    if backend == "sqlite":
-        db = Database.create(f"sqlite:///{workdir / f'bench-{uuid.uuid4().hex[:8]}.db'}")
-    else:
-        assert url is not None
-        schema = f"bench_{uuid.uuid4().hex[:10]}"
-        conn = await asyncpg.connect(url)
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-        await conn.close()
-        db = Database.create(url, schema=schema)
-    try:
-        await upgrade(db)
-        yield db
-    finally:
-        await db.close()
-        if schema:
-            conn = await asyncpg.connect(url)
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-            await conn.close()
+database = scratch_database  # a migrated, empty database for one run (bench/scratch.py)
 
 
 class Timing:

@@ -6,8 +6,7 @@ from ``ira.incidents.v1`` after the real outbox relay sent them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,23 +23,9 @@ from ira.runtime.store.database import Database
 from ira.runtime.store.schema import outbox
 from ira.triage.worker import TriageHandler
 from tests.eventually import eventually
-from tests.store_fixtures import open_database
 from tests.triage.builders import T0, alert, envelope, key, resolved
 from tests.triage.harness import evaluations, handler, incident_rows, minutes, start_run
 from tests.triage.kafka_harness import publish, read_topic, relay, running, triage_consumer
-
-
-@pytest.fixture
-async def producer(kafka: EmbeddedKafka) -> AsyncIterator[BusProducer]:
-    async with BusProducer(kafka.bootstrap) as bus_producer:
-        yield bus_producer
-
-
-@pytest.fixture
-async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
-    database, _ = await open_database("sqlite", tmp_path)
-    yield database
-    await database.close()
 
 
 def triage_for(bus_env: str) -> TriageHandler:

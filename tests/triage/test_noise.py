@@ -30,7 +30,6 @@ from ira.triage.noise_app import NoiseWorkerConfig
 from ira.triage.noise_process import NoiseWorkerProcess
 from tests.eventually import eventually
 from tests.kafka_fixtures import TEST_PARTITIONS
-from tests.store_fixtures import open_database
 from tests.triage.builders import alert, resolved
 from tests.triage.harness import evaluations, handler, published
 from tests.triage.kafka_harness import publish, running, triage_consumer
@@ -38,19 +37,6 @@ from tests.triage.kafka_harness import publish, running, triage_consumer
 SETTINGS = TriageSettings(noise=NoiseSettings(window=timedelta(seconds=60), hop=timedelta(seconds=10),
                                               flapping_transitions=6), cooldown=timedelta(minutes=30))
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def producer(kafka: EmbeddedKafka) -> AsyncIterator[BusProducer]:
-    async with BusProducer(kafka.bootstrap) as bus_producer:
-        yield bus_producer
-
-
-@pytest.fixture
-async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
-    database, _ = await open_database("sqlite", tmp_path)
-    yield database
-    await database.close()
 
 
 @pytest.fixture
