@@ -132,7 +132,7 @@ def _runner(rig: Rig, db: Database, *, environment: str, timing: Callable[[Recor
     return ConsumerRunner(
         bootstrap=rig.kafka.bootstrap, group_id=f"bench-triage-{environment}", name="triage",
         topics=[topic_name(Topic.ALERTS, environment)], handler=handler, producer=rig.producer,
-        dlq_topic=topic_name(Topic.DLQ, environment), db=db, on_outcome=timing, finish_batch=handler.finish,
+        dlq_topic=topic_name(Topic.DLQ, environment), db=db, on_outcome=timing, batch_hooks=handler,
         settings=ConsumerSettings(session_timeout=timedelta(seconds=2), fetch_wait=timedelta(milliseconds=100),
                                   batch_size=args.batch_size, max_records=args.batch_size * 2))
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.runtime.bus.admin import ensure_topics
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
-from ira.runtime.bus.inbox import BatchFinisher
+from ira.runtime.bus.inbox import BatchHooks
 from ira.runtime.bus.record import InboxHandler, Outcome, PlainHandler, RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher, StepHandler
 from ira.runtime.fault import FaultPoints
@@ -67,7 +67,7 @@ def build_dispatcher(platform: Platform, role: str, handlers: Mapping[str, StepH
 def build_consumer(
     platform: Platform, *, name: str, topics: Sequence[Topic], handler: InboxHandler | PlainHandler,
     inbox: bool = True, group_id: str | None = None, batch_size: int = 1,
-    finish_batch: BatchFinisher | None = None,
+    batch_hooks: BatchHooks | None = None,
 ) -> ConsumerRunner:
     """A consumer of this environment's ``topics`` whose outcomes and lag feed /metrics."""
     env = platform.settings.environment
@@ -77,7 +77,7 @@ def build_consumer(
         bootstrap=platform.kafka_bootstrap, group_id=group_id or f"ira-{name}",
         topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
         dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
-        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size), finish_batch=finish_batch,
+        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size), batch_hooks=batch_hooks,
         on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome))
     built.append(runner)
     return runner

@@ -4,8 +4,8 @@ Public API:
 
 * :data:`ira.triage.main.role` — the ``triage`` role (consumer of ``ira.alerts.v1``, the
   incidents API, the quiet-incident sweep and the faust noise worker child).
-* :class:`ira.triage.worker.TriageHandler` — the inbox handler; its ``finish`` is the
-  consumer's ``finish_batch``.
+* :class:`ira.triage.worker.TriageHandler` — the inbox handler and the consumer's batch
+  hooks (``start`` reads for the whole batch, ``finish`` writes for it).
 * :func:`ira.triage.decide.decide`, :func:`ira.triage.grouping.group_key`,
   :func:`ira.triage.silence.find_silence` — the pure rules.
 * :func:`ira.triage.api.build_router` — ``GET /v1/incidents`` and ``GET /v1/incidents/{id}``.

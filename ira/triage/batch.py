@@ -1,10 +1,11 @@
 """One transaction's worth of triage: decisions made event by event, written once at the end.
 
-The consumer applies a batch of events in one transaction. Each event reads the database
-once (:func:`ira.triage.store.look_up`); what it changes is kept here, so the next event of
+The consumer applies a batch of events in one transaction. The batch reads the database
+once, before its first event (:func:`ira.triage.store.look_up` for all of them, kept by
+:meth:`Pending.read`); what each event changes is kept here, so the next event of
 the same batch sees the incident, the alert states and the source identities as this batch
 left them (:meth:`Pending.view`), and the writes go out in a few statements when the batch
-ends (:meth:`Pending.flush`, the consumer's ``finish_batch``). If the flush loses a race the
+ends (:meth:`Pending.flush`, from the handler's ``finish`` batch hook). If the flush loses a race the
 whole transaction rolls back and the consumer retries the events one by one.
 """
 
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.alert import AlertEvent, Evaluation
 from ira.core.commit import OutboxMessage
+from ira.core.envelope import Envelope
 from ira.core.model import Model
 from ira.runtime.store.outbox import enqueue
 from ira.triage import store
@@ -63,6 +65,25 @@ class Pending:
         self._outbox: list[OutboxMessage] = []
         self._last_at: datetime | None = None
         self._noise: dict[GroupRef, NoiseVerdict | None] = {}
+        self._reads: dict[tuple[str, str], tuple[AlertEvent, str, Lookup]] = {}
+        """What :meth:`read` was given, by (tenant_id, event_id): the alert, its group key, the database's answer."""
+
+    def read(self, alert: AlertEvent, group_key: str, lookup: Lookup) -> None:
+        """Keep what the database said about ``alert`` before this batch changed anything."""
+        self._reads[(alert.tenant_id, alert.event_id)] = (alert, group_key, lookup)
+
+    def alert(self, envelope: Envelope) -> AlertEvent | None:
+        """The alert :meth:`read` parsed from ``envelope`` (saves parsing it twice)."""
+        found = self._reads.get((envelope.tenant_id, envelope.message_id))
+        return found[0] if found else None
+
+    def lookup(self, alert: AlertEvent, group_key: str) -> Lookup | None:
+        """What the database says about ``alert``'s group and identity, if this batch knows it
+        without asking: read up front, or the group's incident is one this batch opened."""
+        found = self._reads.get((alert.tenant_id, alert.event_id))
+        if found is not None and found[1] == group_key:
+            return found[2]
+        return self.known(alert, group_key)
 
     def known(self, alert: AlertEvent, group_key: str) -> Lookup | None:
         """What the database would say, when this batch already knows it: the group's incident
@@ -145,8 +166,8 @@ class Pending:
         Changes before inserts: an incident this batch closed must be closed before the group's
         next one can be the open one.
         """
-        for ref in sorted(self._read_versions):  # a fixed order keeps two workers from deadlocking
-            await store.update_incident(conn, self._records[ref], read_version=self._read_versions[ref])
+        await store.update_incidents(conn, [(self._records[ref], self._read_versions[ref])  # a fixed order keeps
+                                            for ref in sorted(self._read_versions)])  # two workers from deadlocking
         await store.insert_incidents(conn, [self._records[ref] for ref in sorted(self._new)])
         await store.insert_alerts(conn, self._alert_rows)
         await store.insert_evaluations(conn, self._evaluation_rows)

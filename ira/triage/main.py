@@ -84,7 +84,7 @@ class TriageRole:
         handler = build_handler(platform)
         runner = build_consumer(platform, name=CONSUMER, topics=[Topic.ALERTS], handler=handler,
                                 group_id=scoped("ira-triage", settings.environment),
-                                batch_size=settings.triage.batch_size, finish_batch=handler.finish)
+                                batch_size=settings.triage.batch_size, batch_hooks=handler)
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(runner.run(stop), name="triage-consumer")
             tasks.create_task(close_quiet_incidents(platform.db, platform.clock, settings=settings.triage,

@@ -1,21 +1,23 @@
 """Triage's consumer handler: one alert event in, one evaluation out, in the consumer's transaction.
 
-For each ``alert.received`` envelope, inside the ConsumerRunner's transaction (which already
-holds the inbox row, the event-id dedupe): read the group's open incident and the alert's
+The ConsumerRunner hands a batch of envelopes to one transaction (which already holds their
+inbox rows, the event-id dedupe). :meth:`TriageHandler.start` (the consumer's batch hook) reads,
+for all of the batch's alerts in one statement, the group's open incident and the alert's
 source identity (:func:`ira.triage.store.look_up`; a known identity is ``ignore/duplicate``,
-the second dedupe), decide (:mod:`ira.triage.decide`), open or change the incident, and keep
-the alert row, the evaluation and — for ``create_run`` and ``deliver`` only — the outbox row
-of an ``incident.decision`` on ``ira.incidents.v1`` (keyed ``tenant:incident_id``, so a run's
-subscription receives its incident's decisions in order). Those writes go to the database
-when the transaction's batch ends (:meth:`TriageHandler.finish`, the consumer's
-``finish_batch``), in a few statements for the whole batch. ``change.recorded`` envelopes are
-stored for the investigators. Anything else is poison (DLQ).
+the second dedupe). Then, for each ``alert.received`` envelope: decide (:mod:`ira.triage.decide`),
+open or change the incident, and keep the alert row, the evaluation and — for ``create_run``
+and ``deliver`` only — the outbox row of an ``incident.decision`` on ``ira.incidents.v1``
+(keyed ``tenant:incident_id``, so a run's subscription receives its incident's decisions in
+order). Those writes go to the database when the transaction's batch ends
+(:meth:`TriageHandler.finish`, the other batch hook), in a few statements for the whole batch.
+``change.recorded`` envelopes are stored for the investigators. Anything else is poison (DLQ).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -54,7 +56,7 @@ from ira.triage.grouping import group_key, group_labels
 from ira.triage.incident import alert_state, changed, is_quiet_over, opened
 from ira.triage.noise import NoiseState
 from ira.triage.silence import find_silence
-from ira.triage.store import IncidentRecord
+from ira.triage.store import IncidentRecord, LookupKey
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -74,7 +76,7 @@ def parse_payload(model: type[M], envelope: Envelope) -> M:
 
 
 class TriageHandler:
-    """The InboxHandler of the ``triage`` consumer; :meth:`finish` is its ``finish_batch``.
+    """The InboxHandler of the ``triage`` consumer, and its BatchHooks (:meth:`start`, :meth:`finish`).
 
     One instance serves one consumer: it keeps each open transaction's pending writes (keyed
     weakly by the connection, so a rolled-back batch leaves nothing behind).
@@ -91,9 +93,30 @@ class TriageHandler:
             if envelope.type == CHANGE_MESSAGE:
                 await store.record_change(conn, parse_payload(ChangeEvent, envelope))
             elif envelope.type == ALERT_MESSAGE:
-                await self.triage(conn, parse_payload(AlertEvent, envelope), traceparent=envelope.traceparent)
+                pending = self._batches.get(conn)
+                alert = pending.alert(envelope) if pending else None
+                await self.triage(conn, alert or parse_payload(AlertEvent, envelope), traceparent=envelope.traceparent)
             else:
                 raise InvalidMessageError(f"triage cannot read envelope type {envelope.type!r}")
+
+    async def start(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> None:
+        """Read what every alert of the transaction needs from the database, in one statement
+        (the consumer calls it before the first record): a statement per event would make the
+        database's round trip and planning, not the decisions, the limit of triage's rate."""
+        pending = self._batches.setdefault(conn, Pending())
+        alerts: list[tuple[AlertEvent, str]] = []
+        for envelope in envelopes:
+            if envelope.type != ALERT_MESSAGE:
+                continue
+            try:
+                alert = parse_payload(AlertEvent, envelope)
+            except InvalidMessageError:
+                continue  # refused by __call__ in its turn
+            alerts.append((alert, group_key(group_labels(alert, self._settings.group_by_for(alert.tenant_id)))))
+        with store.conflicts_as_retries():
+            lookups = await store.look_up(conn, [LookupKey.of(alert, key) for alert, key in alerts])
+        for (alert, key), lookup in zip(alerts, lookups, strict=True):
+            pending.read(alert, key, lookup)
 
     async def finish(self, conn: AsyncConnection) -> None:
         """Write what this transaction decided (the consumer calls it before committing)."""
@@ -126,7 +149,9 @@ class TriageHandler:
         now = self._clock.now()
         labels = group_labels(alert, self._settings.group_by_for(alert.tenant_id))
         key = group_key(labels)
-        lookup = pending.known(alert, key) or await store.look_up(conn, alert, key)
+        lookup = pending.lookup(alert, key)
+        if lookup is None:  # not read by start(): a record applied on its own, or a caller without a consumer
+            lookup = (await store.look_up(conn, [LookupKey.of(alert, key)]))[0]
         view = pending.view(alert, key, lookup)
         if view.incident is not None and is_quiet_over(view.incident, now):
             pending.close(view.incident, now)

@@ -9,8 +9,8 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +27,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ira.core.clock import SystemClock
 from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.core.errors import (
     BrokerUnavailableError,
@@ -40,8 +41,9 @@ from ira.core.ids import new_event_id
 from ira.infra.tansu import BrokerStartError, EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics, missing_topics, topic_names, topics_exist
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.inbox import InboxApplier
 from ira.runtime.bus.producer import BusProducer
-from ira.runtime.bus.record import Disposition, InboxHandler, PlainHandler, RecordMeta, disposition
+from ira.runtime.bus.record import Disposition, InboxHandler, Outcome, PlainHandler, RecordMeta, disposition
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import inbox
 from tests.eventually import eventually
@@ -50,6 +52,7 @@ from tests.store_fixtures import open_database, postgres_test_url
 
 KEY = "acme:fp-1"
 CONSUMER = "bus-test"
+META = RecordMeta(topic="t", partition=0, offset=0, key=None, headers={}, timestamp_ms=0)
 FAST = ConsumerSettings(session_timeout=timedelta(seconds=2), fetch_wait=timedelta(milliseconds=100),
                         retry_backoff=timedelta(milliseconds=10))
 
@@ -229,6 +232,52 @@ async def test_a_duplicate_message_id_is_applied_once(
 
     assert await applied(db) == [first.message_id, second.message_id]
     assert (consumer.stats.processed, consumer.stats.duplicates) == (2, 2)
+
+
+class Hooks:
+    """Batch hooks that note what they saw; ``finish`` refuses when told to."""
+
+    def __init__(self, *, refuse_finish: bool = False) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.refuse_finish = refuse_finish
+
+    async def start(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> None:
+        self.calls.append(("start", [e.message_id for e in envelopes]))
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        self.calls.append(("finish", []))
+        if self.refuse_finish:
+            raise ConcurrentUpdateError("the batch's flush lost a race")
+
+
+async def test_batch_hooks_see_the_new_envelopes_first_and_finish_last(db: Database) -> None:
+    hooks, handled = Hooks(), []
+
+    async def handler(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        handled.append(env.message_id)
+        await recording_handler(conn, env, meta)
+
+    applier = InboxApplier(db, consumer=CONSUMER, handler=handler, clock=SystemClock(),
+                           span=lambda env, meta: nullcontext(), hooks=hooks)
+    known, first, second = envelope(), envelope(), envelope()
+    await applier.apply([(known, META)])
+    hooks.calls.clear()
+
+    outcomes = await applier.apply([(first, META), (known, META), (second, META), (first, META)])
+
+    assert outcomes == [Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.PROCESSED, Outcome.DUPLICATE]
+    assert hooks.calls == [("start", [first.message_id, second.message_id]), ("finish", [])]
+    assert handled[-2:] == [first.message_id, second.message_id]
+
+
+async def test_a_refusing_finish_rolls_the_whole_batch_back(db: Database) -> None:
+    applier = InboxApplier(db, consumer=CONSUMER, handler=recording_handler, clock=SystemClock(),
+                           span=lambda env, meta: nullcontext(), hooks=Hooks(refuse_finish=True))
+
+    with pytest.raises(ConcurrentUpdateError):
+        await applier.apply([(envelope(), META), (envelope(), META)])
+
+    assert await applied(db) == [] and await inbox_ids(db) == set()
 
 
 async def test_offsets_are_committed_only_after_the_handler_and_stop_finishes_the_record(

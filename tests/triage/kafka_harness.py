@@ -36,7 +36,7 @@ def triage_consumer(
     return ConsumerRunner(
         bootstrap=kafka.bootstrap, group_id=group_id or f"ira-triage-{uuid.uuid4().hex[:8]}", name=CONSUMER,
         topics=[topic_name(Topic.ALERTS, bus_env)], handler=handler, producer=producer,
-        dlq_topic=topic_name(Topic.DLQ, bus_env), db=db, finish_batch=handler.finish,
+        dlq_topic=topic_name(Topic.DLQ, bus_env), db=db, batch_hooks=handler,
         settings=replace(FAST, batch_size=batch_size))
 
 

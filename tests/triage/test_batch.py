@@ -21,8 +21,8 @@ from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import decisions
 from ira.triage.tables import incidents
-from tests.triage.builders import T0, alert, resolved
-from tests.triage.harness import apply, handler, minutes
+from tests.triage.builders import T0, alert, envelope, resolved
+from tests.triage.harness import META, apply, handler, minutes
 
 Step = tuple[timedelta, Callable[[str], AlertEvent]]
 
@@ -60,6 +60,19 @@ async def as_one_batch(db: Database, tenant: str) -> None:
         await triage.finish(conn)
 
 
+async def as_one_batch_read_first(db: Database, tenant: str) -> None:
+    """As the consumer runs a batch: one read for every event up front (``start``), then each event."""
+    clock = FrozenClock(T0)
+    triage = handler(clock, SETTINGS)
+    timed = [(delay, envelope(make(tenant))) for delay, make in STORY]
+    async with db.transaction() as conn:
+        await triage.start(conn, [env for _, env in timed])
+        for delay, env in timed:
+            clock.advance(delay)
+            await triage(conn, env, META)
+        await triage.finish(conn)
+
+
 async def outcome(db: Database, tenant: str) -> tuple[list, list]:
     async with db.reader() as conn:
         evaluated = (await conn.execute(select(decisions).where(decisions.c.tenant_id == tenant))).all()
@@ -74,8 +87,11 @@ async def test_a_batch_decides_like_one_transaction_per_event(db: Database) -> N
     await one_by_one(db, "alone")
     await as_one_batch(db, "batch")
 
+    await as_one_batch_read_first(db, "read-first")
+
     alone, batch = await outcome(db, "alone"), await outcome(db, "batch")
     assert batch == alone
+    assert await outcome(db, "read-first") == alone
     assert [reason for _, _, reason in alone[0]] == [
         "new_incident", "duplicate", "cooldown", "resolved_without_run", "stale", "resolved_without_run",
         "cooldown", "cooldown", "resolved_without_incident", "new_incident", "reinvestigate"]
@@ -102,3 +118,24 @@ async def test_a_known_identity_in_a_group_the_batch_opened_fails_the_flush_then
 
     assert (opened.reason, again.reason, again.basis["first_event_id"]) == (
         "cooldown", "duplicate", first.event_id)
+
+
+async def test_a_batch_read_up_front_knows_an_old_identity_without_failing_the_flush(db: Database) -> None:
+    clock = FrozenClock(T0)
+    triage = handler(clock, SETTINGS)
+    first = await apply(db, triage, alert(fingerprint="fp-1", source_event_id="f1"))
+    await apply(db, triage, resolved(fingerprint="fp-1", at=T0 + minutes(1), source_event_id="r1"))
+    clock.advance(minutes(10))
+    events = [envelope(alert(fingerprint="fp-2", at=T0 + minutes(10), source_event_id="f2")),
+              envelope(alert(fingerprint="fp-1", source_event_id="f1"))]  # an old identity, re-sent
+
+    async with db.transaction() as conn:  # no ConcurrentUpdateError: start() read the identity
+        await triage.start(conn, events)
+        for env in events:
+            await triage(conn, env, META)
+        await triage.finish(conn)
+
+    async with db.reader() as conn:
+        found = {row.event_id: row for row in await conn.execute(select(decisions))}
+    opened, again = (found[env.message_id] for env in events)
+    assert (opened.reason, again.reason, again.basis["first_event_id"]) == ("cooldown", "duplicate", first.event_id)

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 
 from ira.core.alert import AlertStatus, Severity
 from ira.core.clock import FrozenClock
-from ira.core.errors import InvalidMessageError
+from ira.core.errors import ConcurrentUpdateError, InvalidMessageError
 from ira.runtime.settings.triage import SilenceMatcher, SilenceSettings, TriageSettings
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import runs
@@ -241,3 +241,23 @@ async def test_concurrent_first_alerts_of_a_group_make_one_incident(db: Database
     assert {m.incident_id for m in made} == {incident["incident_id"]}
     assert (incident["version"], incident["firing_count"]) == (8, 8)
     assert sorted(m.reason for m in made) == ["cooldown"] * 7 + ["new_incident"]
+
+
+async def test_an_incident_changed_since_it_was_read_fails_the_compare_and_set(
+    db: Database, clock: FrozenClock,
+) -> None:
+    triage = handler(clock)
+    await apply(db, triage, alert(fingerprint="fp-1"))
+    await apply(db, triage, alert(fingerprint="fp-2", service="payments"))
+    checkout, payments = (store.IncidentRecord.model_validate(row) for row in await incident_rows(db))
+    moved = [(r.model_copy(update={"version": r.version + 1, "firing_count": 5}), r.version)
+             for r in (checkout, payments)]
+
+    with pytest.raises(ConcurrentUpdateError, match=payments.incident_id):
+        async with db.transaction() as conn:  # payments was read one version ago
+            await store.update_incidents(conn, [moved[0], (moved[1][0], payments.version - 1)])
+    async with db.transaction() as conn:
+        await store.update_incidents(conn, moved)
+
+    assert [(r["version"], r["firing_count"]) for r in await incident_rows(db)] == [
+        (checkout.version + 1, 5), (payments.version + 1, 5)]

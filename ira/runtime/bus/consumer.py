@@ -38,7 +38,7 @@ from ira.core.clock import Clock, SystemClock
 from ira.core.envelope import Envelope
 from ira.core.errors import BrokerUnavailableError, InvalidMessageError
 from ira.runtime.bus import tracing
-from ira.runtime.bus.inbox import BatchFinisher, InboxApplier
+from ira.runtime.bus.inbox import BatchHooks, InboxApplier
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
     ConsumerStats,
@@ -91,7 +91,7 @@ class ConsumerRunner:
 
     ``name`` is the inbox's consumer name: two roles reading one topic need two names.
     ``on_outcome`` hears every outcome (telemetry counts them); ``stats`` keeps totals.
-    ``finish_batch`` (inbox mode) runs at the end of every transaction, after the handler.
+    ``batch_hooks`` (inbox mode) run at the start and the end of every transaction.
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class ConsumerRunner:
         clock: Clock | None = None,
         tracer: Tracer | None = None,
         on_outcome: Callable[[RecordOutcome], None] | None = None,
-        finish_batch: BatchFinisher | None = None,
+        batch_hooks: BatchHooks | None = None,
     ) -> None:
         if inbox and db is None:
             raise ValueError("a consumer with an inbox needs the database")
@@ -120,7 +120,7 @@ class ConsumerRunner:
         self.settings, self._tracer, self._on_outcome = settings, tracer or tracing.bus_tracer(), on_outcome
         self._applier = None if db is None or not inbox else InboxApplier(
             db, consumer=name, handler=cast(InboxHandler, handler), clock=clock or SystemClock(), span=self._span,
-            finish=finish_batch)
+            hooks=batch_hooks)
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
 

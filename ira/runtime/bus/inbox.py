@@ -9,10 +9,10 @@ fetched batch cheap enough for ~1,000 events/s on one consumer.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,9 +26,18 @@ from ira.runtime.store.schema import inbox
 InboxKey = tuple[str, str]
 """(tenant_id, message_id)"""
 
-BatchFinisher = Callable[[AsyncConnection], Awaitable[None]]
-"""Runs once per transaction after the handler saw every record of it (a handler that defers
-its writes to one statement per batch flushes them here); it may raise to roll the batch back."""
+class BatchHooks(Protocol):
+    """What a handler that works per batch, not per record, does around the records of one
+    transaction: read for all of them at once (:meth:`start`), write for all of them at once
+    (:meth:`finish`). Either may raise to roll the batch back."""
+
+    async def start(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> None:
+        """Before the handler sees any of ``envelopes`` (the batch's new ones, in order)."""
+        ...
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        """After the handler saw every record of the transaction, before it commits."""
+        ...
 
 
 async def record_inbox_many(
@@ -61,25 +70,31 @@ class InboxApplier:
         handler: InboxHandler,
         clock: Clock,
         span: Callable[[Envelope, RecordMeta], AbstractContextManager[Any]],
-        finish: BatchFinisher | None = None,
+        hooks: BatchHooks | None = None,
     ) -> None:
         self._db, self._consumer, self._handler = db, consumer, handler
-        self._clock, self._span, self._finish = clock, span, finish
+        self._clock, self._span, self._hooks = clock, span, hooks
 
     async def apply(self, items: Sequence[tuple[Envelope, RecordMeta]]) -> list[Outcome]:
         """All of ``items`` or nothing: any exception rolls the whole transaction back."""
         async with self._db.transaction() as conn:
             keys = [(envelope.tenant_id, envelope.message_id) for envelope, _ in items]
             fresh = await record_inbox_many(conn, consumer=self._consumer, keys=keys, at=self._clock.now())
+            new: list[tuple[Envelope, RecordMeta] | None] = []  # None: a duplicate
+            for key, record in zip(keys, items, strict=True):
+                new.append(record if key in fresh else None)
+                fresh.discard(key)  # a second copy inside the same batch is a duplicate too
+            if self._hooks is not None:
+                await self._hooks.start(conn, [item[0] for item in new if item is not None])
             outcomes = []
-            for key, (envelope, meta) in zip(keys, items, strict=True):
-                if key not in fresh:
+            for item in new:
+                if item is None:
                     outcomes.append(Outcome.DUPLICATE)
                     continue
-                fresh.discard(key)  # a second copy inside the same batch is a duplicate too
+                envelope, meta = item
                 with self._span(envelope, meta):
                     await self._handler(conn, envelope, meta)
                 outcomes.append(Outcome.PROCESSED)
-            if self._finish is not None:
-                await self._finish(conn)
+            if self._hooks is not None:
+                await self._hooks.finish(conn)
             return outcomes
