@@ -12,8 +12,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from fastapi import APIRouter
-
+    from ira.runtime.http import Route
     from ira.runtime.platform import Platform
 
 ENTRY_POINT_GROUP = "ira.roles"
@@ -24,8 +23,8 @@ class Role(Protocol):
 
     name: str
 
-    def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        """Routes this role adds to the HTTP app (empty if none)."""
+    def routers(self, platform: Platform) -> Sequence[Route]:
+        """Routers and lanes this role adds to the HTTP app (empty if none)."""
         ...
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:

@@ -2,8 +2,9 @@
 
 Tracing follows OpenTelemetry: one ``TracerProvider`` per process, exporting over OTLP/HTTP
 only when ``otel_endpoint`` is configured (so ``ira dev`` on a laptop sends nothing anywhere).
-aiokafka is instrumented so a produce carries ``traceparent`` in the message headers and a
-consume continues that trace; the FastAPI app is instrumented in :mod:`ira.runtime.http`.
+The bus traces Kafka itself (:mod:`ira.runtime.bus.tracing`: a PRODUCER span per publish,
+``traceparent`` in the record headers, a CONSUMER span per record that continues it); the
+FastAPI app is instrumented in :mod:`ira.runtime.http`.
 
 Metrics live in a :class:`Metrics` object with its *own* registry rather than
 prometheus_client's global one, so two apps in one test process never share counters and a
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -26,11 +26,10 @@ METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def setup_tracing(settings: Settings, *, service_name: str = "ira", install: bool = True) -> TracerProvider:
-    """Build this process's tracer provider and instrument aiokafka with it.
+    """Build this process's tracer provider.
 
-    ``install`` makes it the global provider that ``trace.get_tracer`` hands out, which only
-    the first call in a process can do; tests pass ``install=False``. aiokafka's classes are
-    patched once per process, so later calls leave that instrumentation as it is.
+    ``install`` makes it the global provider that ``trace.get_tracer`` hands out (the bus's
+    spans use it), which only the first call in a process can do; tests pass ``install=False``.
     """
     resource = Resource.create(
         {SERVICE_NAME: service_name, "deployment.environment": settings.environment, "ira.tenant": settings.tenant}
@@ -41,17 +40,11 @@ def setup_tracing(settings: Settings, *, service_name: str = "ira", install: boo
         provider.add_span_processor(BatchSpanProcessor(exporter))
     if install:
         trace.set_tracer_provider(provider)
-    instrumentor = AIOKafkaInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument(tracer_provider=provider)
     return provider
 
 
 def shutdown_tracing(provider: TracerProvider) -> None:
-    """Flush buffered spans and undo the aiokafka instrumentation (end of process or test)."""
-    instrumentor = AIOKafkaInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    """Flush buffered spans (end of process or test)."""
     provider.shutdown()
 
 

@@ -1,9 +1,15 @@
 """``POST /v1/sources/{kind}/{source_id}``: the webhook every sender posts to.
 
-The route only moves bytes and statuses: it reads the body (refusing more than 1 MiB before
+The endpoint only moves bytes and statuses: it reads the body (refusing more than 1 MiB before
 reading it when Content-Length says so, and while reading otherwise), hands it to
 :class:`~ira.sources.ingest.Ingest`, and turns the outcome into the one error shape of
 ``ira.runtime.http``. Every refusal is counted by reason; a 202 records POST -> ack latency.
+
+It is a :class:`~ira.runtime.http.Lane`, a plain ASGI app served ahead of FastAPI: every alert
+comes through here, and FastAPI's routing, middleware and route lookup for tracing cost more
+CPU per request than the ingest itself (the body must stay raw bytes anyway: signatures cover
+them exactly). The price is that the route is not listed in ``/docs``; DESIGN.md §10 and the
+README are its documentation.
 """
 
 from __future__ import annotations
@@ -13,12 +19,10 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 
-from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
-from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from ira.core.errors import AuthenticationError, BrokerUnavailableError, NotFoundError, PlatformError
-from ira.runtime.http import error_entry
+from ira.runtime.http import Lane, error_entry, json_body
 from ira.sources.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, Credentials
 from ira.sources.errors import (
     EdgeUnavailableError,
@@ -42,73 +46,104 @@ STATUSES: Mapping[type[PlatformError], int] = {
     BrokerUnavailableError: 503,
     EdgeUnavailableError: 503,
 }
-"""Everything the use-case raises on purpose; anything else is a bug (the app's 500)."""
+"""Everything the use-case raises on purpose; anything else is a bug (the lane's 500)."""
+_REFUSED = tuple(STATUSES)
+_HEADERS = {b"authorization": "authorization", TIMESTAMP_HEADER.encode(): "timestamp",
+            SIGNATURE_HEADER.encode(): "signature", b"content-length": "content-length"}
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+class ClientDisconnected(Exception):
+    """The sender hung up before its body was complete."""
+
+
+async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes:
     """The raw body (signatures are over these exact bytes); PayloadTooLargeError past ``limit``."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(f"body of {declared} bytes is over the {limit} byte limit")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLargeError(f"body is over the {limit} byte limit")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
-def credentials(request: Request) -> Credentials:
-    headers = request.headers
-    return Credentials(authorization=headers.get("authorization"), timestamp=headers.get(TIMESTAMP_HEADER),
-                       signature=headers.get(SIGNATURE_HEADER))
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The few headers ingest reads (ASGI gives names lower-cased), by their role."""
+    found = {}
+    for name, value in scope["headers"]:
+        role = _HEADERS.get(name)
+        if role is not None:
+            found[role] = value.decode("latin-1")
+    return found
 
 
-def rejection(exc: PlatformError, status: int) -> JSONResponse:
-    """The error shape; 401 names the scheme, 429/503 say when to come back."""
+def rejection(exc: PlatformError, status: int) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """The error shape's body and headers; 401 names the scheme, 429/503 say when to come back."""
     if isinstance(exc, InvalidPayloadError):
         entries = [error_entry(p.code, p.message, p.field) for p in exc.problems]
     else:
         entries = [error_entry(exc.code, exc.message)]
-    headers = {}
+    headers = []
     if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
+        headers.append((b"www-authenticate", b"Bearer"))
     if status in (429, 503):
         retry_after: timedelta = getattr(exc, "retry_after", None) or timedelta(seconds=1)
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after.total_seconds())))
-    return JSONResponse({"errors": entries}, status_code=status, headers=headers)
+        headers.append((b"retry-after", str(max(1, math.ceil(retry_after.total_seconds()))).encode()))
+    return json_body({"errors": entries}), headers
 
 
-def ingest_router(ingest: Ingest, metrics: SourceMetrics, *, max_body_bytes: int = MAX_BODY_BYTES) -> APIRouter:
-    """The sources' router, around a ready use-case and its metrics.
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or ())]})
+    await send({"type": "http.response.body", "body": body})
 
-    A plain Starlette route, not a FastAPI path operation: the body must stay raw bytes
-    (signatures cover them exactly), the two path parameters are plain strings, and FastAPI's
-    parameter machinery would cost ~60 µs per request, a tenth of the whole budget. The
-    price is that the route is not listed in ``/docs``; DESIGN.md §10 and the README are
-    its documentation.
-    """
 
-    async def receive(request: Request) -> Response:
+class IngestEndpoint:
+    """The ASGI app of the ingest lane, around a ready use-case and its metrics."""
+
+    def __init__(self, ingest: Ingest, metrics: SourceMetrics, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self._ingest, self._metrics, self._limit = ingest, metrics, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Accept alerts (alertmanager, grafana, generic) or change events from a configured source."""
         started = time.perf_counter()
-        kind, source_id = request.path_params["kind"], request.path_params["source_id"]
+        kind, source_id = scope["path_params"]["kind"], scope["path_params"]["source_id"]
+        headers = request_headers(scope)
         try:
-            ingest.source(kind, source_id)  # 404 before reading a body nobody will use
-            body = await read_body(request, max_body_bytes)
-            result = await ingest.handle(IngestRequest(kind=kind, source_id=source_id, body=body,
-                                                       credentials=credentials(request)))
-        except tuple(STATUSES) as exc:
-            metrics.rejected(source_id if ingest.is_known(source_id) else UNKNOWN_SOURCE, exc.code)
-            return rejection(exc, next(s for c, s in STATUSES.items() if isinstance(exc, c)))
-        except ClientDisconnect:  # the sender hung up mid-body: nobody to answer, nothing to log
-            metrics.rejected(source_id if ingest.is_known(source_id) else UNKNOWN_SOURCE, "client_disconnected")
-            return Response(status_code=400)
-        metrics.accepted(source_id, events=result.accepted, duplicates=result.duplicates,
-                         seconds=time.perf_counter() - started)
-        return Response(result.to_json(), status_code=202, media_type="application/json")
+            self._ingest.source(kind, source_id)  # 404 before reading a body nobody will use
+            body = await read_body(receive, headers.get("content-length"), self._limit)
+            credentials = Credentials(authorization=headers.get("authorization"),
+                                      timestamp=headers.get("timestamp"), signature=headers.get("signature"))
+            result = await self._ingest.handle(IngestRequest(kind=kind, source_id=source_id, body=body,
+                                                             credentials=credentials))
+        except _REFUSED as exc:
+            self._metrics.rejected(self._source_label(source_id), exc.code)
+            status = _status(exc)
+            await respond(send, status, *rejection(exc, status))
+            return
+        except ClientDisconnected:  # nobody to answer, nothing to log
+            self._metrics.rejected(self._source_label(source_id), "client_disconnected")
+            return
+        self._metrics.accepted(source_id, events=result.accepted, duplicates=result.duplicates,
+                               seconds=time.perf_counter() - started)
+        await respond(send, 202, result.to_json())
 
-    router = APIRouter(tags=["sources"])
-    router.add_route(PATH, receive, methods=["POST"], name="sources.receive")
-    return router
+    def _source_label(self, source_id: str) -> str:
+        return source_id if self._ingest.is_known(source_id) else UNKNOWN_SOURCE
+
+
+def _status(exc: PlatformError) -> int:
+    return next(status for cls, status in STATUSES.items() if isinstance(exc, cls))
+
+
+def ingest_lane(ingest: Ingest, metrics: SourceMetrics, *, max_body_bytes: int = MAX_BODY_BYTES) -> Lane:
+    """The sources' lane: ``POST /v1/sources/{kind}/{source_id}``."""
+    return Lane(route=PATH, app=IngestEndpoint(ingest, metrics, max_body_bytes=max_body_bytes))

@@ -3,11 +3,16 @@ is answered "duplicate" without touching the broker.
 
 One mark per event, ``SET <mark> 1 NX PX <window>``: NX makes the claim atomic across
 gateway replicas (1,000 concurrent copies -> exactly one winner), PX lets it lapse on its
-own. All marks of a request are set in ONE Redis call: a small server-side script that also
-counts the request against its source's rate window (:mod:`ira.sources.ratelimit`) and
-marks nothing when the source is over its rate. One command instead of a pipeline of N+2 is
-what keeps a 100-alert request cheap (redis-py spends ~30 µs of CPU per pipelined command;
-the script costs about one ``SET``), and a refused request leaves no mark to clean up.
+own. All marks of a request are set by ONE small server-side script that also counts the
+request against its source's rate window (:mod:`ira.sources.ratelimit`) and marks nothing
+when the source is over its rate: one command instead of a pipeline of N+2 is what keeps a
+100-alert request cheap, and a refused request leaves no mark to clean up.
+
+Requests of one source that arrive together share that call: while one call is in flight,
+the next requests queue, and the next call admits all of them (each still counted and
+marked on its own, in arrival order). redis-py's client costs ~90 µs of CPU per call here,
+the largest single cost of a webhook; under load one call serves many requests, and with
+no load a request waits for nothing but its own call.
 
 A mark promises "this state is on the bus", so it must not outlive a produce that failed:
 the caller releases (DEL) the marks it set whenever it cannot answer 202, and the sender's
@@ -20,6 +25,8 @@ release stay in one slot on a Redis Cluster too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,18 +40,28 @@ from ira.sources.ratelimit import RateWindow
 DEFAULT_PREFIX = "ira:"
 
 ADMIT_SCRIPT = """
--- KEYS[1]: the source's counter for this rate window; KEYS[2..]: one dedupe mark per event.
--- ARGV[1]: the rate limit; ARGV[2]: the counter's TTL (ms); ARGV[3]: the dedupe window (ms).
--- Returns {count, fresh_1, ...}: fresh_i is 1 if this call set mark i; no marks when over the rate.
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-local result = {count}
-if count > tonumber(ARGV[1]) then return result end
-for i = 2, #KEYS do
-  result[i] = redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[3]) and 1 or 0
+-- Admits n requests of one source, in order. ARGV[1] = n; then per request four values:
+-- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k.
+-- KEYS: per request, its rate counter and then its k marks.
+-- Returns, per request, its count and k flags: 1 = this call set the mark, 0 = the mark was
+-- there already or the request is over its rate (then no mark is set).
+local out, key, arg = {}, 1, 2
+for _ = 1, tonumber(ARGV[1]) do
+  local limit, marks = tonumber(ARGV[arg]), tonumber(ARGV[arg + 3])
+  local count = redis.call('INCR', KEYS[key])
+  if count == 1 then redis.call('PEXPIRE', KEYS[key], ARGV[arg + 1]) end
+  out[#out + 1] = count
+  for i = 1, marks do
+    local fresh = 0
+    if count <= limit and redis.call('SET', KEYS[key + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
+    out[#out + 1] = fresh
+  end
+  key, arg = key + marks + 1, arg + 4
 end
-return result
+return out
 """
+MAX_KEYS_PER_CALL = 4096
+"""A bound on one call's work, so a burst of 100-alert requests is admitted in a few calls."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,19 @@ class Admission:
     fresh: list[bool]
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """One request waiting for its source's next call."""
+
+    rate: RateWindow
+    keys: list[str]
+    window_ms: int
+    answer: asyncio.Future[Admission]
+
+    def args(self) -> tuple[int, int, int, int]:
+        return self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys)
+
+
 class EdgeDedupe:
     """Marks, counts and releases under ``prefix`` (tests isolate themselves by prefix)."""
 
@@ -62,6 +92,12 @@ class EdgeDedupe:
         self._redis = redis
         self._prefix = prefix
         self._admit = redis.register_script(ADMIT_SCRIPT)
+        self._waiting: dict[str, list[_Ask]] = {}
+        """Per source: the requests the next call admits (a source's keys share a cluster slot)."""
+        self._callers: dict[str, asyncio.Task[None]] = {}
+        """Per source: the task making calls while requests wait."""
+        self.calls = 0
+        """Admission calls made so far (fewer than requests when they shared calls)."""
 
     def source_prefix(self, source_id: str) -> str:
         """``<prefix>{<source id>}:``: the hash tag keeps one source's keys in one cluster slot."""
@@ -71,14 +107,52 @@ class EdgeDedupe:
         return f"{self.source_prefix(source_id)}seen:{event_id}"
 
     async def admit(self, rate: RateWindow, keys: Sequence[str], *, window: timedelta) -> Admission:
-        """Count the request and, if within the rate, ``SET NX PX`` every key; one round trip."""
-        args = (rate.limit, rate.window_ms * 2, max(1, int(window.total_seconds() * 1000)))
+        """Count the request and, if within the rate, ``SET NX PX`` every key (see the module doc)."""
+        ask = _Ask(rate, list(keys), max(1, int(window.total_seconds() * 1000)),
+                   asyncio.get_running_loop().create_future())
+        self._waiting.setdefault(rate.source_id, []).append(ask)
+        if rate.source_id not in self._callers:
+            self._callers[rate.source_id] = asyncio.create_task(self._call_while_waiting(rate.source_id),
+                                                              name=f"edge-admit-{rate.source_id}")
+        return await ask.answer
+
+    async def _call_while_waiting(self, source_id: str) -> None:
+        """Admit this source's waiting requests, a call at a time, until none wait."""
         try:
-            reply = await self._admit(keys=[rate.key, *keys], args=args)
-        except (RedisError, OSError) as exc:
-            raise EdgeUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
-        count, marks = int(reply[0]), reply[1:]
-        return Admission(count=count, fresh=[mark == 1 for mark in marks] if marks else [False] * len(keys))
+            while waiting := self._waiting.get(source_id):
+                batch: list[_Ask] = []
+                size = 0
+                while waiting and (not batch or size + len(waiting[0].keys) < MAX_KEYS_PER_CALL):
+                    batch.append(waiting.pop(0))
+                    size += len(batch[-1].keys) + 1
+                await self._call(batch)
+        finally:
+            del self._callers[source_id]
+            if not self._waiting.get(source_id):
+                self._waiting.pop(source_id, None)
+
+    async def _call(self, batch: list[_Ask]) -> None:
+        keys = [key for ask in batch for key in (ask.rate.key, *ask.keys)]
+        args = [len(batch), *(value for ask in batch for value in ask.args())]
+        self.calls += 1
+        try:
+            reply = await self._admit(keys=keys, args=args)
+        except Exception as exc:  # Redis down or refusing: every request of the call answers 503
+            for ask in batch:
+                if not ask.answer.done():
+                    ask.answer.set_exception(EdgeUnavailableError(f"redis: {type(exc).__name__}: {exc}"))
+            return
+        at, orphaned = 0, []
+        for ask in batch:
+            count, fresh = int(reply[at]), [flag == 1 for flag in reply[at + 1:at + 1 + len(ask.keys)]]
+            at += 1 + len(ask.keys)
+            if ask.answer.done():  # its request was cancelled meanwhile: nobody will produce these
+                orphaned += [key for key, is_fresh in zip(ask.keys, fresh, strict=True) if is_fresh]
+            else:
+                ask.answer.set_result(Admission(count=count, fresh=fresh))
+        if orphaned:
+            with contextlib.suppress(EdgeUnavailableError):
+                await self.release(orphaned)
 
     async def release(self, keys: Sequence[str]) -> None:
         """Delete marks this request set, so the sender's retry is not taken for a duplicate."""

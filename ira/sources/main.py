@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from ira.core.clock import Clock
 from ira.core.envelope import Topic, topic_name
+from ira.runtime.bus.together import TogetherPublisher
+from ira.runtime.http import Lane, Route
 from ira.runtime.platform import Platform
 from ira.runtime.settings import Settings
-from ira.sources.api import ingest_router
+from ira.sources.api import ingest_lane
 from ira.sources.ingest import Ingest, Publisher
 from ira.sources.metrics import SourceMetrics
 
@@ -28,7 +29,7 @@ def redis_prefix_for(settings: Settings) -> str:
     return f"ira:{settings.environment}:sources:"
 
 
-def build_router(
+def build_lane(
     settings: Settings,
     *,
     redis: Redis,
@@ -37,15 +38,15 @@ def build_router(
     registry: CollectorRegistry,
     redis_prefix: str | None = None,
     environment: str | None = None,
-) -> APIRouter:
-    """The ingest router wired to real clients (``routers`` uses it; so do tests and benchmarks).
+) -> Lane:
+    """The ingest lane wired to real clients (``routers`` uses it; so do tests and benchmarks).
 
     ``environment`` overrides ``settings.environment`` for the topic (tests use unique ones).
     """
     topic = topic_name(Topic.ALERTS, environment or settings.environment)
     ingest = Ingest(sources=settings.sources, topic=topic, redis=redis, publisher=publisher, clock=clock,
                     redis_prefix=redis_prefix or redis_prefix_for(settings))
-    return ingest_router(ingest, SourceMetrics.on(registry))
+    return ingest_lane(ingest, SourceMetrics.on(registry))
 
 
 class SourcesRole:
@@ -53,9 +54,9 @@ class SourcesRole:
 
     name = "sources"
 
-    def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        """The ingest route; its metrics register once on the platform's registry, however many apps."""
-        return [build_router(platform.settings, redis=platform.redis, publisher=platform.producer,
+    def routers(self, platform: Platform) -> Sequence[Route]:
+        """The ingest lane; its metrics register once on the platform's registry, however many apps."""
+        return [build_lane(platform.settings, redis=platform.redis, publisher=TogetherPublisher(platform.producer),
                              clock=platform.clock, registry=platform.metrics.registry)]
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:

@@ -28,6 +28,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import SystemClock
+from ira.core.commit import OutboxMessage
 from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.core.errors import (
     BrokerUnavailableError,
@@ -39,11 +40,13 @@ from ira.core.errors import (
 )
 from ira.core.ids import new_event_id
 from ira.infra.tansu import BrokerStartError, EmbeddedKafka
+from ira.runtime.bus import tracing
 from ira.runtime.bus.admin import ensure_topics, missing_topics, topic_names, topics_exist
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.inbox import InboxApplier
-from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.producer import BusProducer, Published
 from ira.runtime.bus.record import Disposition, InboxHandler, Outcome, PlainHandler, RecordMeta, disposition
+from ira.runtime.bus.together import TogetherPublisher
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import inbox
 from tests.eventually import eventually
@@ -360,13 +363,18 @@ async def test_a_record_failing_transiently_is_never_committed_past(
 # --- tracing, no-inbox mode -----------------------------------------------------------------
 
 
-async def test_the_handler_runs_in_the_trace_the_record_carries(
-    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer
-) -> None:
+def recording_tracer() -> tuple[InMemorySpanExporter, Tracer]:
+    """A tracer of the test's own whose finished spans the exporter keeps."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test")
+    return exporter, provider.get_tracer("test")
+
+
+async def test_the_handler_runs_in_the_trace_the_record_carries(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer
+) -> None:
+    exporter, tracer = recording_tracer()
     topic = topic_name(Topic.ALERTS, bus_env)
     explicit_trace, explicit_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     from_span, from_header = envelope(), envelope()
@@ -389,6 +397,71 @@ async def test_the_handler_runs_in_the_trace_the_record_carries(
                if s.kind is trace.SpanKind.CONSUMER and s.parent is not None}
     assert parents[from_span.message_id].span_id == webhook.get_span_context().span_id
     assert f"{parents[from_header.message_id].span_id:016x}" == explicit_span
+
+
+async def test_a_publish_is_one_producer_span_and_its_records_continue_it(
+    kafka: EmbeddedKafka, bus_env: str
+) -> None:
+    exporter, tracer = recording_tracer()
+    topic = topic_name(Topic.ALERTS, bus_env)
+    batch = [envelope(n=n) for n in range(3)]
+    async with BusProducer(kafka.bootstrap, tracer=tracer) as traced:
+        with tracer.start_as_current_span("webhook") as webhook:
+            await traced.publish_many([OutboxMessage(topic=topic, key=KEY, envelope=e) for e in batch])
+        seen: dict[str, trace.SpanContext] = {}
+
+        async def handle(env: Envelope, meta: RecordMeta) -> None:
+            seen[env.message_id] = trace.get_current_span().get_span_context()
+
+        async with running(runner(bus_env, kafka, traced, handle, tracer=tracer)):
+            await eventually(lambda: len(seen) == 3)
+
+    [publish] = [s for s in exporter.get_finished_spans() if s.kind is trace.SpanKind.PRODUCER]
+    assert publish.parent is not None and publish.parent.span_id == webhook.get_span_context().span_id
+    assert (publish.name, (publish.attributes or {})["messaging.batch.message_count"]) == (f"publish {topic}", 3)
+    consumed = [s for s in exporter.get_finished_spans() if s.kind is trace.SpanKind.CONSUMER]
+    assert len(consumed) == 3
+    assert {s.parent.span_id for s in consumed if s.parent} == {webhook.get_span_context().span_id}
+    assert {c.trace_id for c in seen.values()} == {webhook.get_span_context().trace_id}
+
+
+async def test_callers_of_one_turn_share_a_pass_and_keep_their_own_trace_and_outcome(
+    kafka: EmbeddedKafka, bus_env: str
+) -> None:
+    exporter, tracer = recording_tracer()
+    topic = topic_name(Topic.ALERTS, bus_env)
+    sent: dict[str, trace.SpanContext] = {}
+    async with BusProducer(kafka.bootstrap, tracer=tracer) as traced:
+        together = TogetherPublisher(traced)
+
+        async def request(n: int) -> list[Published]:
+            with tracer.start_as_current_span(f"request-{n}") as span:
+                env = envelope(n=n)
+                sent[env.message_id] = span.get_span_context()
+                return await together.publish_many([OutboxMessage(topic=topic, key=KEY, envelope=env)])
+
+        outcomes = await asyncio.gather(*(request(n) for n in range(5)))
+        records = await read_topic(kafka, topic, 5)
+
+    assert together.passes == 1 and all(len(o) == 1 for o in outcomes)
+    assert len({(o[0].partition, o[0].offset) for o in outcomes}) == 5
+    for record in records:  # every record continues its own request's trace
+        message_id = Envelope.from_bytes(record.value).message_id
+        parent = dict(record.headers)["traceparent"].decode()
+        assert parent == tracing.traceparent(sent[message_id])
+    [publish] = [s for s in exporter.get_finished_spans() if s.kind is trace.SpanKind.PRODUCER]
+    assert {link.context.span_id for link in publish.links} | {publish.parent.span_id} == {
+        ctx.span_id for ctx in sent.values()}
+
+
+async def test_a_pass_that_cannot_reach_the_broker_fails_each_caller(private_kafka: EmbeddedKafka) -> None:
+    async with BusProducer(private_kafka.bootstrap, request_timeout=timedelta(milliseconds=500)) as producer:
+        together = TogetherPublisher(producer)
+        await private_kafka.stop()
+        message = OutboxMessage(topic="ira.alerts.v1", key=KEY, envelope=envelope())
+        results = await asyncio.gather(*(together.publish_many([message]) for _ in range(3)), return_exceptions=True)
+
+    assert [type(r) for r in results] == [BrokerUnavailableError] * 3
 
 
 # --- broker down, restart, launcher -------------------------------------------------------

@@ -1,6 +1,6 @@
 """What the sources tests share: settings, the app around a real Redis and broker, a topic reader.
 
-The app is the real router (``build_router``, the role's own wiring) on the real HTTP shell;
+The app is the real lane (``build_lane``, the role's own wiring) on the real HTTP shell;
 only the topic's environment and the Redis key prefix are the test's own.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import uvicorn
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
+from starlette.types import ASGIApp
 
 from ira.core.clock import Clock
 from ira.core.envelope import Envelope, Topic, topic_name
@@ -31,7 +31,7 @@ from ira.runtime.settings import Settings
 from ira.runtime.telemetry import Metrics
 from ira.sources.auth import sign
 from ira.sources.ingest import Publisher
-from ira.sources.main import build_router
+from ira.sources.main import build_lane
 from tests.eventually import eventually
 from tests.processes import free_port
 
@@ -75,7 +75,7 @@ def settings(**source_overrides: Any) -> Settings:
 class Harness:
     """One test's app: its topic, its Redis prefix, its metrics."""
 
-    app: FastAPI
+    app: ASGIApp
     topic: str
     metrics: Metrics
     redis_prefix: str
@@ -89,9 +89,9 @@ def harness(
     config: Settings | None = None,
 ) -> Harness:
     metrics = Metrics(CollectorRegistry())
-    router = build_router(config or settings(), redis=redis, publisher=publisher, clock=clock,
+    lane = build_lane(config or settings(), redis=redis, publisher=publisher, clock=clock,
                           registry=metrics.registry, redis_prefix=redis_prefix, environment=environment)
-    return Harness(app=create_app(metrics=metrics, routers=[router]), topic=topic_name(Topic.ALERTS, environment),
+    return Harness(app=create_app(metrics=metrics, routers=[lane]), topic=topic_name(Topic.ALERTS, environment),
                    metrics=metrics, redis_prefix=redis_prefix)
 
 
@@ -204,7 +204,7 @@ async def watch_topic(bootstrap: str, topic: str) -> AsyncIterator[list[Received
 
 
 @contextlib.asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
     """Serve ``app`` with uvicorn on a free loopback port; yields its base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,

@@ -42,4 +42,4 @@ async def test_the_role_has_no_loop_and_returns_on_stop(platform: Platform) -> N
 async def test_routers_can_be_built_twice_on_one_platform(platform: Platform) -> None:
     role = load_roles()["sources"]
     first, second = role.routers(platform), role.routers(platform)  # one set of metric series, not a clash
-    assert [r.routes[0].path for r in (*first, *second)] == ["/v1/sources/{kind}/{source_id}"] * 2
+    assert [r.route for r in (*first, *second)] == ["/v1/sources/{kind}/{source_id}"] * 2  # type: ignore[union-attr]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, MutableSequence, Sequence
 from contextlib import contextmanager
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanContext, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 TRACEPARENT = "traceparent"
@@ -58,6 +58,19 @@ def extract(headers: KafkaHeaders | None, *, fallback_traceparent: str | None = 
     if fallback_traceparent and not any(k == TRACEPARENT for k, _ in carrier):
         carrier.append((TRACEPARENT, fallback_traceparent.encode()))
     return propagate.extract(carrier, getter=_GETTER)
+
+
+def current_context() -> Context:
+    """The active context: the parent of a span started now."""
+    return context.get_current()
+
+
+def traceparent(span_context: SpanContext) -> str | None:
+    """``span_context`` as a W3C ``traceparent`` (None if it is not a valid span's): the
+    propagator's format, without a propagator's cost per record."""
+    if not span_context.is_valid:
+        return None
+    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{int(span_context.trace_flags):02x}"
 
 
 def current_traceparent() -> str | None:

@@ -15,6 +15,7 @@ from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
+from ira.core.envelope import Envelope
 from ira.core.model import Model
 from ira.runtime.store.schema import outbox
 
@@ -33,7 +34,11 @@ class OutboxRow(Model):
 
 def message_headers(message: OutboxMessage) -> dict[str, str]:
     """The Kafka headers of DESIGN.md §5, taken from the envelope."""
-    env = message.envelope
+    return envelope_headers(message.envelope)
+
+
+def envelope_headers(env: Envelope) -> dict[str, str]:
+    """The Kafka headers of DESIGN.md §5 for ``env``."""
     headers = {"event_id": env.message_id, "schema": f"{env.type}/v{env.schema_version}", "tenant_id": env.tenant_id}
     if env.traceparent:
         headers["traceparent"] = env.traceparent

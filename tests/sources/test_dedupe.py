@@ -1,0 +1,74 @@
+"""The edge script on a real Redis: requests of one source that arrive together share a call,
+and each still gets its own count and its own marks."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from redis.asyncio import Redis
+
+from ira.sources.dedupe import EdgeDedupe
+from ira.sources.errors import EdgeUnavailableError
+from ira.sources.ratelimit import RateWindow
+from tests.eventually import eventually
+
+WINDOW = timedelta(minutes=15)
+
+
+def rate(dedupe: EdgeDedupe, *, limit: int = 1_000) -> RateWindow:
+    return RateWindow(source_id="am", key=f"{dedupe.source_prefix('am')}rate:1", limit=limit, window_ms=1000,
+                      ends_at_ms=2000, now_ms=1500)
+
+
+async def test_concurrent_requests_share_one_call_and_keep_their_own_answers(redis: Redis, redis_prefix: str) -> None:
+    dedupe = EdgeDedupe(redis, prefix=redis_prefix)
+    keys = [dedupe.key("am", f"event-{n % 50}") for n in range(100)]  # the second 50 repeat the first
+
+    answers = await asyncio.gather(*(dedupe.admit(rate(dedupe), [key], window=WINDOW) for key in keys))
+
+    assert dedupe.calls == 1
+    assert [a.count for a in answers] == list(range(1, 101))  # counted once each, in arrival order
+    assert [a.fresh for a in answers] == [[True]] * 50 + [[False]] * 50
+
+
+async def test_requests_over_the_rate_in_a_shared_call_mark_nothing(redis: Redis, redis_prefix: str) -> None:
+    dedupe = EdgeDedupe(redis, prefix=redis_prefix)
+    keys = [[dedupe.key("am", f"event-{n}-{i}") for i in range(3)] for n in range(5)]
+
+    answers = await asyncio.gather(*(dedupe.admit(rate(dedupe, limit=3), k, window=WINDOW) for k in keys))
+
+    assert [(a.count, a.fresh) for a in answers] == [(n, [n <= 3] * 3) for n in range(1, 6)]
+    assert await redis.exists(*keys[3], *keys[4]) == 0
+    assert await redis.exists(*keys[0]) == 3
+
+
+async def test_the_marks_of_a_request_cancelled_while_waiting_are_released(redis: Redis, redis_prefix: str) -> None:
+    dedupe = EdgeDedupe(redis, prefix=redis_prefix)
+    key = dedupe.key("am", "event-cancelled")
+    waiting = asyncio.create_task(dedupe.admit(rate(dedupe), [key], window=WINDOW))
+    await asyncio.sleep(0)  # it queued its ask; the call has not been made yet
+    waiting.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await eventually(lambda: dedupe.calls == 1)
+
+    async def released() -> bool:
+        return await redis.exists(key) == 0
+
+    await eventually(released)
+    assert (await dedupe.admit(rate(dedupe), [key], window=WINDOW)).fresh == [True]  # the retry is accepted
+
+
+async def test_redis_down_fails_every_waiting_request() -> None:
+    gone = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    dedupe = EdgeDedupe(gone)
+    try:
+        results = await asyncio.gather(*(dedupe.admit(rate(dedupe), [f"k{n}"], window=WINDOW) for n in range(3)),
+                                       return_exceptions=True)
+    finally:
+        await gone.aclose()
+
+    assert [type(r) for r in results] == [EdgeUnavailableError] * 3
