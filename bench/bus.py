@@ -154,7 +154,7 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--messages", "--ops", type=int, default=5000, help="messages per measurement")
     parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
     parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 100],
                         help="records per transaction to measure, comma separated (default 1,100)")
