@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,14 +15,16 @@ from fastapi import APIRouter, FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from starlette.types import Receive, Scope, Send
 
 from ira.core.errors import BrokerUnavailableError, NotFoundError
 from ira.infra.redis_server import free_loopback_port
-from ira.runtime.http import create_app
+from ira.runtime.http import Lane, create_app
 from ira.runtime.readiness import ReadinessCheck, database_check, redis_check
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
@@ -202,3 +206,74 @@ async def test_requests_are_traced_but_health_probes_are_not() -> None:
     routes = {span.attributes.get("http.route") for span in exporter.get_finished_spans() if span.attributes}
     assert "/runs/{run_id}" in routes
     assert "/healthz" not in routes
+
+
+# --- lanes: endpoints served ahead of FastAPI -----------------------------------------------
+
+
+async def echo_lane(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers the path parameters it was given; ``/v1/hooks/x/boom`` fails like a bug."""
+    if scope["path_params"]["name"] == "boom":
+        raise RuntimeError("secret internals")
+    body = json.dumps(scope["path_params"]).encode()
+    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def laned_app(tracer_provider: TracerProvider | None = None) -> Any:
+    lane = Lane(route="/v1/hooks/{kind}/{name}", app=echo_lane)
+    return create_app(metrics=Metrics(), routers=[demo_router(), lane], tracer_provider=tracer_provider)
+
+
+@pytest.mark.parametrize(("path", "served_by"), [
+    ("/v1/hooks/alertmanager/am", "lane"),
+    ("/v1/hooks/alertmanager/", "fastapi"),  # an empty parameter is no match
+    ("/v1/hooks/alertmanager/am/extra", "fastapi"),
+    ("/v1/hook/alertmanager/am", "fastapi"),
+])
+async def test_a_lane_serves_its_route_and_everything_else_reaches_fastapi(path: str, served_by: str) -> None:
+    async with client_for(laned_app()) as client:
+        response = await client.post(path)
+        alerts = await client.post("/alerts", json={"name": "a", "count": 2})
+
+    assert alerts.status_code == 200 and alerts.json() == {"accepted": 2}  # the routers still work
+    if served_by == "lane":
+        assert (response.status_code, response.json()) == (202, {"kind": "alertmanager", "name": "am"})
+    else:
+        assert response.status_code == 404 and response.json()["errors"][0]["code"] == "not_found"
+
+
+async def test_another_method_on_a_lane_is_405_in_the_error_shape() -> None:
+    async with client_for(laned_app()) as client:
+        response = await client.get("/v1/hooks/alertmanager/am")
+
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json()["errors"][0]["code"] == "method_not_allowed"
+
+
+async def test_a_failing_lane_is_the_logged_internal_500(caplog: pytest.LogCaptureFixture) -> None:
+    async with client_for(laned_app()) as client:
+        response = await client.post("/v1/hooks/alertmanager/boom")
+
+    assert response.status_code == 500
+    assert response.json() == {"errors": [{"code": "internal", "message": "internal error", "field": None}]}
+    assert "secret internals" not in response.text
+    assert any(r.exc_info and "secret internals" in str(r.exc_info[1]) for r in caplog.records)
+
+
+async def test_a_lane_request_is_one_server_span_continuing_the_callers_trace() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+    async with client_for(laned_app(provider)) as client:
+        await client.post("/v1/hooks/alertmanager/am", headers={"traceparent": f"00-{caller_trace}-{caller_span}-01"})
+        await client.post("/v1/hooks/alertmanager/boom")
+
+    ok, failed = exporter.get_finished_spans()
+    assert (ok.name, ok.kind, ok.attributes["http.route"], ok.attributes["http.response.status_code"]) == (
+        "POST /v1/hooks/{kind}/{name}", SpanKind.SERVER, "/v1/hooks/{kind}/{name}", 202)
+    assert ok.parent is not None and (f"{ok.context.trace_id:032x}", f"{ok.parent.span_id:016x}") == (
+        caller_trace, caller_span)
+    assert failed.attributes["http.response.status_code"] == 500 and failed.status.status_code is StatusCode.ERROR
