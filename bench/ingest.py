@@ -1,6 +1,6 @@
 """Ingest benchmark: alerts/s and POST -> 202 latency of ira's webhook, against references.
 
-Usage: .venv/bin/python bench/ingest.py [--duration 10] [--connections 32] [--ops N]
+Usage: .venv/bin/python bench/ingest.py [--duration 6] [--rounds 3] [--connections 32] [--ops N]
 
 What runs (all on this machine, on loopback):
 
@@ -16,8 +16,11 @@ What runs (all on this machine, on loopback):
 Load comes from ``wrk`` (``bench/ingest.lua`` builds every body, so alerts are distinct
 unless the scenario says otherwise). Scenarios: 1 alert per request, 100 alerts per request,
 and a 90% duplicate storm (1 alert per request, nine requests in ten re-send a hot alert).
-Each prints one JSON line on stdout (progress on stderr); ratio lines follow. wrk is
-time-boxed, so ``--ops N`` (a smoke run) makes each run last about N/1000 seconds.
+Each scenario runs ``--rounds`` times; in a round every target runs back to back. Every run
+prints one JSON line on stdout (with its ``round``; progress on stderr); then the ratio lines
+give the median of the per-round ratios with their min and max: this machine's speed drifts
+by up to 20 % within minutes, and a ratio of two runs taken far apart would measure that. wrk
+is time-boxed, so ``--ops N`` (a smoke run, one round) makes each run last about N/1000 s.
 Figures depend on the machine and on what else runs on it: every line carries the
 1-minute load average before and after, and the server's CPU time per request. ``accepted``
 and ``duplicates`` come from ira's own metrics (they include the requests still in flight
@@ -35,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -176,6 +180,7 @@ class Load:
     duration: float
     connections: int
     ops: int | None = None
+    rounds: int = 3
 
     @property
     def seconds(self) -> int:
@@ -227,10 +232,14 @@ async def measure(target: Target, load: Load, scenario: tuple[str, int, int]) ->
     return record
 
 
-def ratio(name: str, scenario: str, numerator: dict[str, object], denominator: dict[str, object],
+def ratio(name: str, scenario: str, rounds: list[dict[str, dict[str, object]]], numerator: str, denominator: str,
           key: str = "alerts_per_s") -> None:
-    value = float(numerator[key]) / max(float(denominator[key]), 1e-9)  # type: ignore[arg-type]
-    emit({"bench": "ingest", "ratio": name, "scenario": scenario, "of": key, "value": round(value, 3)})
+    """The median over rounds of the ratio within each round (targets of one round ran back to back)."""
+    values = sorted(float(r[numerator][key]) / max(float(r[denominator][key]), 1e-9)  # type: ignore[arg-type]
+                    for r in rounds)
+    emit({"bench": "ingest", "ratio": name, "scenario": scenario, "of": key,
+          "value": round(statistics.median(values), 3), "min": round(values[0], 3), "max": round(values[-1], 3),
+          "rounds": len(values)})
 
 
 @contextlib.asynccontextmanager
@@ -265,24 +274,27 @@ async def run(load: Load) -> None:
 
 
 async def scenarios(load: Load, ours: tuple[Target, Target], raw: Target, am: Target) -> None:
-    """Each scenario against every target back to back, so they share the machine's mood."""
+    """Each scenario in ``load.rounds`` rounds; in a round every target runs back to back, so a
+    ratio compares runs that shared the machine's mood (this machine's speed drifts by 20 %)."""
     for scenario in SCENARIOS:
-        progress(f"scenario {scenario[0]}")
-        results = {target.name: await measure(target, load, scenario) for target in (*ours, am)}
-        if scenario[0] == "single":
-            results[raw.name] = await measure(raw, load, scenario)
-        for record in results.values():
-            emit(record)
+        targets = (ours[0], raw, *ours[1:], am) if scenario[0] == "single" else (*ours, am)
+        rounds: list[dict[str, dict[str, object]]] = []
+        for number in range(1, load.rounds + 1):
+            progress(f"scenario {scenario[0]}, round {number} of {load.rounds}")
+            results = {target.name: await measure(target, load, scenario) for target in targets}
+            for record in results.values():
+                emit({**record, "round": number})
+            rounds.append(results)
         for target in ours:
-            ratio(f"{target.name}/alertmanager", scenario[0], results[target.name], results[am.name])
-            if raw.name in results:
-                ratio(f"{target.name}/raw_chain", scenario[0], results[target.name], results[raw.name],
-                      key="requests_per_s")
+            ratio(f"{target.name}/alertmanager", scenario[0], rounds, target.name, am.name)
+            if scenario[0] == "single":
+                ratio(f"{target.name}/raw_chain", scenario[0], rounds, target.name, raw.name, key="requests_per_s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=10, help="seconds per run (default 10)")
+    parser.add_argument("--duration", type=float, default=6, help="seconds per run (default 6)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per scenario; ratios are their median")
     parser.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
@@ -290,7 +302,8 @@ def main() -> None:
     # SIGTERM (a time limit, Ctrl-C in another shell) must still run the cleanup below: the
     # embedded Redis daemonizes and would outlive us otherwise.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops)))
+    rounds = 1 if args.ops else args.rounds
+    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops, rounds=rounds)))
 
 
 if __name__ == "__main__":

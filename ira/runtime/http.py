@@ -33,11 +33,12 @@ from typing import Any, cast
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from opentelemetry.instrumentation.asgi import asgi_getter
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -79,6 +80,7 @@ ERROR_STATUSES: Mapping[type[PlatformError], int] = {
 """HTTP status per error class; the nearest class in the MRO wins. Others (ConfigError) are 500."""
 
 UNTRACED_PATHS = "healthz,readyz,metrics"
+_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})
 
 
 def error_entry(code: str, message: str, field: str | None = None) -> dict[str, str | None]:
@@ -192,15 +194,20 @@ class LanedApp:
         if self._tracer is None:
             await _answer_internal_errors(lane.app, scope, receive, send)
             return
-        parent = propagate.extract(cast("dict[str, Any]", scope), getter=asgi_getter)  # the caller's traceparent
-        with self._tracer.start_as_current_span(
-            f"{method} {lane.route}", context=parent, kind=SpanKind.SERVER,
-            attributes={"http.request.method": method, "http.route": lane.route, "url.path": scope["path"]},
-        ) as span:
+        # The caller's trace, if it sent one (skipping the propagators' work for senders that do not).
+        carried = any(name in _TRACE_HEADERS for name, _ in scope["headers"])
+        parent = propagate.extract(cast("dict[str, Any]", scope), getter=asgi_getter) if carried else None
+        span = self._tracer.start_span(f"{method} {lane.route}", context=parent, kind=SpanKind.SERVER, attributes={
+            "http.request.method": method, "http.route": lane.route, "url.path": scope["path"]})
+        token, status = otel_context.attach(set_span_in_context(span)), 500  # 500 unless it answered
+        try:
             status = await _answer_internal_errors(lane.app, scope, receive, send)
+        finally:
+            otel_context.detach(token)
             span.set_attribute("http.response.status_code", status)
             if status >= 500:
                 span.set_status(Status(StatusCode.ERROR))
+            span.end()
 
 
 def _operations_router(metrics: Metrics, checks: dict[str, ReadinessCheck], timeout: timedelta) -> APIRouter:
