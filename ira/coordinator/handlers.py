@@ -179,8 +179,10 @@ async def approve_ticket(deps: Deps, ctx: StepContext) -> None:
             await end_run(conn, run, state=RunState.FAILED, outcome="action_blocked", config=deps.config, at=now,
                           step_states={APPROVE_TICKET: StepState.FAILED})
             return
-        event = EventDraft(type="APPROVAL_NOT_REQUIRED", data={"action": CREATE_TICKET_ACTION})
-        if answer == PolicyAnswer.ASK and (event := await _checked_or_ask(conn, ctx, run, deps=deps)) is None:
+        event: EventDraft | None = EventDraft(type="APPROVAL_NOT_REQUIRED", data={"action": CREATE_TICKET_ACTION})
+        if answer == PolicyAnswer.ASK:
+            event = await _checked_or_ask(conn, ctx, run, deps=deps)
+        if event is None:
             return
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),

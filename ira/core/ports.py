@@ -22,7 +22,7 @@ from ira.core.ticket import Ticket, TicketRequest
 class RawPublisher(Protocol):
     """Puts bytes on a topic and returns once the broker acknowledged them."""
 
-    async def publish_raw(self, topic: str, key: str, value: bytes, headers: Mapping[str, str]) -> None:
+    async def publish_raw(self, topic: str, key: str, value: bytes, headers: Mapping[str, str]) -> object:
         """Raise BrokerUnavailableError when the broker did not acknowledge."""
         ...
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import func, select
 
@@ -39,7 +40,7 @@ class StepContext:
     run: Run
 
 
-StepHandler = Callable[[StepContext], Awaitable[None]]
+StepHandler = Callable[[StepContext], Coroutine[Any, Any, None]]
 
 
 @dataclass

@@ -10,10 +10,11 @@ process that looks healthy is worse than a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 
 import uvicorn
@@ -36,9 +37,16 @@ def build_http(
     http = platform.settings.http
     config = uvicorn.Config(app, host=http.host, port=http.port, log_config=None, access_log=False,
                             lifespan="off", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # we own the signals
-    return server
+    return _Server(config)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without signal handling of its own: SIGINT/SIGTERM belong to the supervisor, which
+    stops accepting HTTP and drains the role loops in its order (module docstring)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -52,7 +60,8 @@ async def supervise(
     drain: timedelta = timedelta(seconds=15), on_ready: Callable[[], None] = lambda: None,
 ) -> int:
     """Run until ``stop`` (exit code 0) or until a role crashes (exit code 1)."""
-    tasks = {asyncio.create_task(role.run(platform, stop), name=role.name): role.name for role in loops}
+    tasks: dict[asyncio.Task[object], str] = {
+        asyncio.create_task(role.run(platform, stop), name=role.name): role.name for role in loops}
     if server is not None:
         tasks[asyncio.create_task(server.serve(), name="http")] = "http"
     watcher = asyncio.create_task(stop.wait())

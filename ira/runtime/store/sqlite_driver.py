@@ -92,7 +92,7 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
 
 class OneHopConnection(AsyncAdapt_aiosqlite_connection):
     __slots__ = ()
-    _cursor_cls = OneHopCursor
+    _cursor_cls = OneHopCursor  # type: ignore[assignment]  # a subclass in spirit: same protocol, one hop
 
 
 class OneHopDbapi(AsyncAdapt_aiosqlite_dbapi):
