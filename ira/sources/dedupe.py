@@ -120,12 +120,20 @@ class EdgeDedupe:
         """Admit this source's waiting requests, a call at a time, until none wait."""
         try:
             while waiting := self._waiting.get(source_id):
-                batch: list[_Ask] = []
-                size = 0
-                while waiting and (not batch or size + len(waiting[0].keys) < MAX_KEYS_PER_CALL):
-                    batch.append(waiting.pop(0))
-                    size += len(batch[-1].keys) + 1
-                await self._call(batch)
+                taken, size = 1, len(waiting[0].keys) + 1
+                while taken < len(waiting) and size + len(waiting[taken].keys) < MAX_KEYS_PER_CALL:
+                    size += len(waiting[taken].keys) + 1
+                    taken += 1
+                batch = waiting[:taken]
+                del waiting[:taken]
+                try:
+                    await self._call(batch)
+                except asyncio.CancelledError:  # the gateway is stopping: nobody is left to answer them
+                    for ask in (*batch, *waiting):
+                        if not ask.answer.done():
+                            ask.answer.set_exception(EdgeUnavailableError("edge admission stopped"))
+                    waiting.clear()
+                    raise
         finally:
             del self._callers[source_id]
             if not self._waiting.get(source_id):

@@ -154,9 +154,9 @@ class BusProducer:
                                for batch, parent in zip((b for b, _ in batches), parents, strict=True)
                                for m in batch]
                     results = await asyncio.gather(*pending, return_exceptions=True)
-            except BrokerUnavailableError as exc:
+            except BrokerUnavailableError as exc:  # one error per caller: each raises its own
                 span.set_status(Status(StatusCode.ERROR, exc.message))
-                return [exc for _ in batches]
+                return [BrokerUnavailableError(exc.message, retry_after=exc.retry_after) for _ in batches]
         outcomes: list[list[Published] | BrokerUnavailableError] = []
         at = 0
         for batch, _ in batches:

@@ -51,14 +51,22 @@ class TogetherPublisher:
 
     async def _pass(self, batch: list[_Waiting]) -> None:
         self.passes += 1
+        outcomes: list[list[Published] | BrokerUnavailableError]
         try:
             outcomes = await self._producer.publish_together([(messages, ctx) for messages, ctx, _ in batch])
+        except asyncio.CancelledError:  # the process is stopping: the callers must not wait forever
+            _answer(batch, [BrokerUnavailableError("publishing stopped") for _ in batch])
+            raise
         except Exception as exc:  # a bug, not the broker: every caller hears it rather than hanging
             outcomes = [BrokerUnavailableError(f"publish failed: {type(exc).__name__}: {exc}") for _ in batch]
-        for (_, _, answer), outcome in zip(batch, outcomes, strict=True):
-            if answer.done():  # the caller was cancelled; its records may be on the bus (ids dedupe)
-                continue
-            if isinstance(outcome, BrokerUnavailableError):
-                answer.set_exception(outcome)
-            else:
-                answer.set_result(outcome)
+        _answer(batch, outcomes)
+
+
+def _answer(batch: list[_Waiting], outcomes: Sequence[list[Published] | BrokerUnavailableError]) -> None:
+    for (_, _, answer), outcome in zip(batch, outcomes, strict=True):
+        if answer.done():  # the caller was cancelled; its records may be on the bus (ids dedupe)
+            continue
+        if isinstance(outcome, BrokerUnavailableError):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
