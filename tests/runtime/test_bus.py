@@ -464,6 +464,20 @@ async def test_a_pass_that_cannot_reach_the_broker_fails_each_caller(private_kaf
     assert [type(r) for r in results] == [BrokerUnavailableError] * 3
 
 
+async def test_a_pass_stopped_midway_answers_its_callers(private_kafka: EmbeddedKafka) -> None:
+    async with BusProducer(private_kafka.bootstrap, request_timeout=timedelta(seconds=30)) as producer:
+        together = TogetherPublisher(producer)
+        await private_kafka.stop()  # the pass will wait for acks that do not come
+        message = OutboxMessage(topic="ira.alerts.v1", key=KEY, envelope=envelope())
+        callers = [asyncio.create_task(together.publish_many([message])) for _ in range(3)]
+        [passing] = await eventually(
+            lambda: [t for t in asyncio.all_tasks() if t.get_name() == "bus-publish-together"])
+        passing.cancel()  # what a stopping process does to its tasks
+        results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), 5)
+
+    assert [str(r) for r in results] == ["publishing stopped"] * 3
+
+
 # --- broker down, restart, launcher -------------------------------------------------------
 
 

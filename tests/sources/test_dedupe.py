@@ -72,3 +72,19 @@ async def test_redis_down_fails_every_waiting_request() -> None:
         await gone.aclose()
 
     assert [type(r) for r in results] == [EdgeUnavailableError] * 3
+
+
+async def test_stopping_the_admission_answers_the_requests_waiting_on_it() -> None:
+    silent = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)  # accepts, never answers
+    redis = Redis(host="127.0.0.1", port=silent.sockets[0].getsockname()[1], socket_timeout=30)
+    dedupe = EdgeDedupe(redis)
+    try:
+        waiting = [asyncio.create_task(dedupe.admit(rate(dedupe), [f"k{n}"], window=WINDOW)) for n in range(3)]
+        [caller] = await eventually(lambda: [t for t in asyncio.all_tasks() if t.get_name() == "edge-admit-am"])
+        caller.cancel()  # what a stopping gateway does to its tasks
+        results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 5)
+    finally:
+        await redis.aclose()
+        silent.close()
+
+    assert [type(r) for r in results] == [EdgeUnavailableError] * 3
