@@ -7,9 +7,10 @@ the offset only afterwards. Poison goes to the DLQ instead of blocking a partiti
 errors are translated to :class:`~ira.core.errors.BrokerUnavailableError` at this seam.
 
 * ``admin``     ensure_topics / missing_topics / topics_exist
-* ``producer``  BusProducer (publish, publish_many, publish_raw)
+* ``producer``  BusProducer (publish, publish_many, publish_together, publish_raw)
+* ``together``  TogetherPublisher: concurrent callers of one loop turn share one producer pass
 * ``consumer``  ConsumerRunner, ConsumerSettings, InboxHandler, PlainHandler
-* ``inbox``     InboxApplier, record_inbox_many: inbox rows + handler in one transaction
+* ``inbox``     InboxApplier, record_inbox_many, BatchHooks: inbox rows + handler in one transaction
 * ``record``    RecordMeta, handler types, Outcome, ConsumerStats, the retry / drop / DLQ decision
-* ``tracing``   traceparent in and out of Kafka headers
+* ``tracing``   traceparent in and out of Kafka headers (the bus's own PRODUCER/CONSUMER spans)
 """
