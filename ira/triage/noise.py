@@ -16,6 +16,7 @@ faust refines (flapping, storms), SQL decides (one run per group key per cooldow
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 def verdict_key(prefix: str, tenant_id: str, group_key: str) -> str:
-    return f"{prefix}triage:noise:{tenant_id}:{group_key}"
+    """The tenant in a hash tag: a tenant's verdicts share one Redis Cluster slot, so one MGET reads them."""
+    return f"{prefix}triage:noise:{{{tenant_id}}}:{group_key}"
 
 
 def noise_verdict(
@@ -48,11 +50,19 @@ def noise_verdict(
                         window_seconds=settings.window.total_seconds())
 
 
+Group = tuple[str, str]
+"""(tenant_id, group_key)"""
+
+
 class NoiseState(Protocol):
     """Where triage reads a group key's noise verdict."""
 
     async def verdict(self, tenant_id: str, group_key: str) -> NoiseVerdict | None:
         """The current verdict, or None (calm, unknown, or the state is unavailable)."""
+        ...
+
+    async def verdicts(self, groups: Sequence[Group]) -> dict[Group, NoiseVerdict | None]:
+        """The verdicts of many groups in one read (a triage batch's)."""
         ...
 
 
@@ -62,6 +72,9 @@ class NoNoiseState:
     async def verdict(self, tenant_id: str, group_key: str) -> NoiseVerdict | None:
         return None
 
+    async def verdicts(self, groups: Sequence[Group]) -> dict[Group, NoiseVerdict | None]:
+        return dict.fromkeys(groups)
+
 
 class RedisNoiseState:
     """Verdicts as JSON strings in Redis, expiring on their own."""
@@ -70,23 +83,36 @@ class RedisNoiseState:
         self._redis, self._prefix = redis, prefix
 
     async def verdict(self, tenant_id: str, group_key: str) -> NoiseVerdict | None:
+        return (await self.verdicts([(tenant_id, group_key)]))[(tenant_id, group_key)]
+
+    async def verdicts(self, groups: Sequence[Group]) -> dict[Group, NoiseVerdict | None]:
+        """One MGET per tenant; Redis unavailable means no verdicts (advisory state)."""
         from redis.exceptions import RedisError
 
-        try:
-            raw = await self._redis.get(verdict_key(self._prefix, tenant_id, group_key))
-        except (RedisError, OSError) as exc:  # advisory state: decide without it
-            log.warning("noise state unavailable, deciding on SQL alone: %r", exc)
-            return None
-        if raw is None:
-            return None
-        try:
-            return NoiseVerdict.model_validate_json(raw)
-        except ValidationError:
-            log.warning("unreadable noise verdict for %s/%s ignored", tenant_id, group_key)
-            return None
+        found: dict[Group, NoiseVerdict | None] = {}
+        for tenant_id in dict.fromkeys(tenant for tenant, _ in groups):
+            keys = list(dict.fromkeys(key for tenant, key in groups if tenant == tenant_id))
+            try:
+                raws = await self._redis.mget([verdict_key(self._prefix, tenant_id, key) for key in keys])
+            except (RedisError, OSError) as exc:  # advisory state: decide without it
+                log.warning("noise state unavailable, deciding on SQL alone: %r", exc)
+                return dict.fromkeys(groups)
+            found.update({(tenant_id, key): _parsed((tenant_id, key), raw)
+                          for key, raw in zip(keys, raws, strict=True)})
+        return found
 
     async def record(self, tenant_id: str, group_key: str, verdict: NoiseVerdict, *, now: datetime) -> None:
         """Write ``verdict`` so that it expires when it stops mattering (at ``verdict.until``)."""
         ttl = max(verdict.until - now, timedelta(seconds=1))
         await self._redis.set(verdict_key(self._prefix, tenant_id, group_key), verdict.model_dump_json(),
                               px=int(ttl.total_seconds() * 1000))
+
+
+def _parsed(group: Group, raw: bytes | str | None) -> NoiseVerdict | None:
+    if raw is None:
+        return None
+    try:
+        return NoiseVerdict.model_validate_json(raw)
+    except ValidationError:
+        log.warning("unreadable noise verdict for %s/%s ignored", *group)
+        return None

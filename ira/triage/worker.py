@@ -117,6 +117,9 @@ class TriageHandler:
             lookups = await store.look_up(conn, [LookupKey.of(alert, key) for alert, key in alerts])
         for (alert, key), lookup in zip(alerts, lookups, strict=True):
             pending.read(alert, key, lookup)
+        groups = [(alert.tenant_id, key) for alert, key in alerts]
+        for group, verdict in (await self._noise.verdicts(groups)).items():  # one Redis read, not one per group
+            pending.remember_noise(group, verdict)
 
     async def finish(self, conn: AsyncConnection) -> None:
         """Write what this transaction decided (the consumer calls it before committing)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from redis.asyncio import Redis
 from sqlalchemy import select
 
 from ira.core.alert import AlertEvent
@@ -20,6 +21,8 @@ from ira.core.errors import ConcurrentUpdateError
 from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import decisions
+from ira.triage.decide import NoiseVerdict
+from ira.triage.noise import RedisNoiseState, verdict_key
 from ira.triage.tables import incidents
 from tests.triage.builders import T0, alert, envelope, resolved
 from tests.triage.harness import META, apply, handler, minutes
@@ -139,3 +142,29 @@ async def test_a_batch_read_up_front_knows_an_old_identity_without_failing_the_f
         found = {row.event_id: row for row in await conn.execute(select(decisions))}
     opened, again = (found[env.message_id] for env in events)
     assert (opened.reason, again.reason, again.basis["first_event_id"]) == ("cooldown", "duplicate", first.event_id)
+
+
+async def test_a_batch_read_up_front_decides_with_the_noise_verdict_it_read(
+    db: Database, redis_url: str, redis_prefix: str
+) -> None:
+    redis = Redis.from_url(redis_url)
+    noise = RedisNoiseState(redis, prefix=redis_prefix)
+    clock = FrozenClock(T0)
+    triage = handler(clock, SETTINGS, noise=noise)
+    first = await apply(db, triage, alert(fingerprint="fp-1", source_event_id="f1"))
+    await apply(db, triage, resolved(fingerprint="fp-1", at=T0 + minutes(1), source_event_id="r1"))
+    clock.advance(minutes(40))  # quiet period and cooldown over: only the verdict holds a new run back
+    await noise.record("acme", first.basis["group_key"], NoiseVerdict(
+        kind="flapping", until=T0 + minutes(70), transitions=7, alerts=8, window_seconds=300), now=T0)
+    again = envelope(alert(fingerprint="fp-1", at=T0 + minutes(40), source_event_id="f2"))
+
+    async with db.transaction() as conn:
+        await triage.start(conn, [again])
+        await redis.delete(verdict_key(redis_prefix, "acme", first.basis["group_key"]))  # read by start() already
+        await triage(conn, again, META)
+        await triage.finish(conn)
+    await redis.aclose()
+
+    async with db.reader() as conn:
+        decided = (await conn.execute(select(decisions).where(decisions.c.event_id == again.message_id))).one()
+    assert (decided.decision, decided.reason) == ("ignore", "flapping")

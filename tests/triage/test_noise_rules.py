@@ -51,4 +51,4 @@ def test_records_that_count_are_alerts_keyed_by_their_group() -> None:
 
 
 def test_verdict_keys_are_scoped_by_prefix_and_tenant() -> None:
-    assert verdict_key("ira:prod:", "acme", "{a=\"b\"}") == 'ira:prod:triage:noise:acme:{a="b"}'
+    assert verdict_key("ira:prod:", "acme", "{a=\"b\"}") == 'ira:prod:triage:noise:{acme}:{a="b"}'

@@ -261,3 +261,23 @@ async def test_an_incident_changed_since_it_was_read_fails_the_compare_and_set(
 
     assert [(r["version"], r["firing_count"]) for r in await incident_rows(db)] == [
         (checkout.version + 1, 5), (payments.version + 1, 5)]
+
+
+async def test_a_batch_reads_the_noise_verdicts_of_all_its_groups_at_once(
+    redis_url: str, redis_prefix: str
+) -> None:
+    redis = Redis.from_url(redis_url)
+    noise = RedisNoiseState(redis, prefix=redis_prefix)
+    flapping = NoiseVerdict(kind="flapping", until=T0 + minutes(30), transitions=7, alerts=8, window_seconds=300)
+    await noise.record("acme", "g1", flapping, now=T0)
+    await noise.record("other", "g1", flapping.model_copy(update={"kind": "storm"}), now=T0)
+    await redis.set(f"{redis_prefix}triage:noise:{{acme}}:g3", b"not json")
+
+    found = await noise.verdicts([("acme", "g1"), ("acme", "g2"), ("other", "g1"), ("acme", "g3"), ("acme", "g1")])
+    unreachable = RedisNoiseState(Redis.from_url("redis://127.0.0.1:1/0"), prefix=redis_prefix)
+    blind = await unreachable.verdicts([("acme", "g1")])
+    await redis.aclose()
+
+    assert {group: v.kind if v else None for group, v in found.items()} == {
+        ("acme", "g1"): "flapping", ("acme", "g2"): None, ("other", "g1"): "storm", ("acme", "g3"): None}
+    assert blind == {("acme", "g1"): None}
