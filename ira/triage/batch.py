@@ -1,12 +1,12 @@
 """One transaction's worth of triage: decisions made event by event, written once at the end.
 
-The consumer applies a batch of events in one transaction. The batch reads the database
-once, before its first event (:func:`ira.triage.store.look_up` for all of them, kept by
-:meth:`Pending.read`); what each event changes is kept here, so the next event of
-the same batch sees the incident, the alert states and the source identities as this batch
-left them (:meth:`Pending.view`), and the writes go out in a few statements when the batch
-ends (:meth:`Pending.flush`, from the handler's ``finish`` batch hook). If the flush loses a race the
-whole transaction rolls back and the consumer retries the events one by one.
+The consumer applies a batch of events in one transaction. The batch reads the database once,
+before its first event (:func:`ira.triage.store.look_up` for all of them, kept by
+:meth:`Pending.read`); what each event changes is kept here, so the next event of the same
+batch sees the incident, the alert states and the source identities as this batch left them
+(:meth:`Pending.view`), and the writes go out in a few statements when the batch ends
+(:meth:`Pending.flush`, from the handler's ``finish`` batch hook). If the flush loses a race
+the whole transaction rolls back and the consumer retries the events one by one.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class TriageHandler:
                 alert = parse_payload(AlertEvent, envelope)
             except InvalidMessageError:
                 continue  # refused by __call__ in its turn
-            alerts.append((alert, group_key(group_labels(alert, self._settings.group_by_for(alert.tenant_id)))))
+            alerts.append((alert, group_key(self._labels(alert))))
         with store.conflicts_as_retries():
             lookups = await store.look_up(conn, [LookupKey.of(alert, key) for alert, key in alerts])
         for (alert, key), lookup in zip(alerts, lookups, strict=True):
@@ -150,7 +150,7 @@ class TriageHandler:
 
     async def _group(self, conn: AsyncConnection, pending: Pending, alert: AlertEvent) -> Grouped:
         now = self._clock.now()
-        labels = group_labels(alert, self._settings.group_by_for(alert.tenant_id))
+        labels = self._labels(alert)
         key = group_key(labels)
         lookup = pending.lookup(alert, key)
         if lookup is None:  # not read by start(): a record applied on its own, or a caller without a consumer
@@ -160,6 +160,10 @@ class TriageHandler:
             pending.close(view.incident, now)
             view = pending.view(alert, key, lookup)
         return Grouped(alert=alert, group_key=key, labels=labels, now=now, view=view)
+
+    def _labels(self, alert: AlertEvent) -> dict[str, str]:
+        """The labels ``alert`` is grouped by (its tenant's ``group_by``)."""
+        return group_labels(alert, self._settings.group_by_for(alert.tenant_id))
 
     async def _case(self, pending: Pending, grouped: Grouped) -> Case:
         alert, view = grouped.alert, grouped.view

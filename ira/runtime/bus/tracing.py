@@ -73,13 +73,6 @@ def traceparent(span_context: SpanContext) -> str | None:
     return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{int(span_context.trace_flags):02x}"
 
 
-def current_traceparent() -> str | None:
-    """The current span as a ``traceparent`` string, to store in an envelope or outbox row."""
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return carrier.get(TRACEPARENT)
-
-
 def bus_tracer() -> Tracer:
     """The bus's tracer; follows whatever provider telemetry installs later."""
     return trace.get_tracer(TRACER_NAME)
