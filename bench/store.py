@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from ira.core.commit import EventDraft, NewRun, NewStep, RunCommit
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.states import StepState
 from ira.runtime.store import runs, steps
@@ -75,7 +76,7 @@ async def transition(db: Database, run_id: str) -> None:
         run = await runs.get_run(conn, "bench", run_id)
         await runs.commit(conn, RunCommit(
             tenant_id="bench", run_id=run_id, expected_version=run.state_version,
-            events=(EventDraft(type="NOTE"),),
+            events=(EventDraft(type=RunEventType.AGENT_TURN),),
             outbox=(step_wakeup("bench", run_id, "metrics", kind="metrics", environment="prod", at=NOW),)), at=NOW)
 
 
@@ -86,7 +87,7 @@ async def transition_batch(db: Database, run_ids: list[str]) -> None:
             run = await runs.get_run(conn, "bench", run_id)
             await runs.commit(conn, RunCommit(
                 tenant_id="bench", run_id=run_id, expected_version=run.state_version,
-                events=(EventDraft(type="NOTE"),),
+                events=(EventDraft(type=RunEventType.AGENT_TURN),),
                 outbox=(step_wakeup("bench", run_id, "metrics", kind="metrics", environment="prod", at=NOW),)),
                 at=NOW)
 

@@ -22,6 +22,7 @@ from ira.core.budget import BudgetDimension
 from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, StaleEpochError
+from ira.core.events import RunEventType
 from ira.core.investigation import BranchBinding, BranchKind, BranchResult, StopReason
 from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext
@@ -31,7 +32,7 @@ from ira.runtime.store.database import Database
 log = logging.getLogger(__name__)
 
 RESULT_MEDIA_TYPE = "application/vnd.ira.branch-result+json"
-FINISHED_EVENT = "BRANCH_FINISHED"
+FINISHED_EVENT = RunEventType.BRANCH_FINISHED
 COMMIT_TRIES = 5
 
 

@@ -35,14 +35,15 @@ from ira.core.budget import BudgetDimension as Dim
 from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence
 from ira.core.errors import ArtifactTooLargeError, BudgetExhaustedError, PlatformError
+from ira.core.events import RunEventType
 from ira.core.investigation import StopReason
 from ira.core.run import Claim
 from ira.core.states import TERMINAL_RUN_STATES
 from ira.runtime.store import artifacts, budget, runs, steps
 from ira.runtime.store.database import Database
 
-TURN_EVENT = "AGENT_TURN"
-DENIED_EVENT = "PROPOSAL_DENIED"
+TURN_EVENT = RunEventType.AGENT_TURN
+DENIED_EVENT = RunEventType.PROPOSAL_DENIED
 
 
 class BranchCancelledError(Exception):

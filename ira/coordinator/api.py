@@ -1,24 +1,24 @@
-"""The run, approval and ticket API (DESIGN.md §10). Every query is scoped by the caller's
-tenant (from the bearer token), so no request can name another tenant's objects."""
+"""The coordinator's commands over HTTP (DESIGN.md §10): cancel a run, decide an approval.
+
+Every read (runs, events, report, draft, tickets) is served by the read model
+(``ira.readmodel`` through ``ira.dashboard.api``); this module only changes things. Every
+command is scoped by the caller's tenant (from the bearer token)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from ira.connectors.tickets.builtin import BuiltinTicketSystem
-from ira.coordinator import control, gate, views
-from ira.coordinator.approval import Choice, Verdict
+from ira.coordinator import control, gate
+from ira.coordinator.approval import Choice, RefusalCode, Verdict
 from ira.coordinator.deps import Deps
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
-from ira.core.states import RunState, WaitKind
 from ira.runtime.auth import Principal, principal_for
 from ira.runtime.http import error_response
 from ira.runtime.settings import Settings
-from ira.runtime.store import runs
 
 _DECISION_TRIES = 5
 
@@ -32,40 +32,15 @@ class CancelBody(Model):
     reason: str | None = None
 
 
-def build_router(settings: Settings, deps: Deps, *, tickets: BuiltinTicketSystem | None = None) -> APIRouter:
-    """``/v1/runs...``, ``/v1/approvals/{id}/decision`` and ``/v1/tickets``."""
-    router = APIRouter(prefix="/v1", tags=["runs"])
+def build_router(settings: Settings, deps: Deps) -> APIRouter:
+    """The commands: ``POST /v1/runs/{id}/cancel`` and ``POST /v1/approvals/{id}/decision``."""
+    router = APIRouter(prefix="/v1", tags=["commands"])
     who = Depends(principal_for(settings))
-    _reads(router, deps, who)
-    _actions(router, deps, who, tickets=tickets)
+    _actions(router, deps, who)
     return router
 
 
-def _reads(router: APIRouter, deps: Deps, who: Any) -> None:
-    @router.get("/runs", response_model=views.RunList)
-    async def list_runs(*, caller: Principal = who, state: RunState | None = None, wait_kind: WaitKind | None = None,
-                        limit: Annotated[int, Query(ge=1, le=500)] = 50) -> views.RunList:
-        """The tenant's runs, newest first, optionally by state and wait kind."""
-        async with deps.db.reader() as conn:
-            return await views.list_runs(conn, caller.tenant_id, state=state, wait_kind=wait_kind, limit=limit)
-
-    @router.get("/runs/{run_id}", response_model=views.RunDetail)
-    async def get_run(run_id: str, caller: Principal = who) -> views.RunDetail:
-        """The run with its steps, approvals, operations, budget and deliveries."""
-        async with deps.db.reader() as conn:
-            return await views.run_detail(conn, caller.tenant_id, run_id)
-
-    @router.get("/runs/{run_id}/events", response_model=views.EventList)
-    async def list_events(run_id: str, *, caller: Principal = who, after: Annotated[int, Query(ge=0)] = 0,
-                          limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> views.EventList:
-        """The run's log after ``run_seq`` ``after``: numbered 1..N without gaps."""
-        async with deps.db.reader() as conn:
-            await runs.get_run(conn, caller.tenant_id, run_id)
-            found = await runs.list_events(conn, caller.tenant_id, run_id, after=after, limit=limit)
-        return views.EventList(events=tuple(views.event_view(e) for e in found))
-
-
-def _actions(router: APIRouter, deps: Deps, who: Any, *, tickets: BuiltinTicketSystem | None) -> None:
+def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
     @router.post("/runs/{run_id}/cancel", status_code=202)
     async def cancel(run_id: str, body: CancelBody | None = None, caller: Principal = who) -> dict[str, Any]:
         """Stop the run for good; in-flight external actions stay under reconciliation."""
@@ -80,12 +55,6 @@ def _actions(router: APIRouter, deps: Deps, who: Any, *, tickets: BuiltinTicketS
     async def decide(approval_id: str, body: DecisionBody, caller: Principal = who) -> dict[str, Any] | JSONResponse:
         """Approve or reject; 409 with the reason when the decision cannot apply."""
         return await _decide(deps, caller, approval_id, body=body)
-
-    @router.get("/tickets")
-    async def list_tickets(caller: Principal = who, limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
-        """Tickets of the builtin ticket service, newest first."""
-        found = await tickets.list_tickets(caller.tenant_id, limit=limit) if tickets else []
-        return {"tickets": [t.model_dump(mode="json") for t in found]}
 
 
 async def _decide(deps: Deps, caller: Principal, approval_id: str, *,
@@ -102,7 +71,9 @@ async def _decide(deps: Deps, caller: Principal, approval_id: str, *,
             if attempt == _DECISION_TRIES - 1:
                 raise
     if judgement.verdict == Verdict.REFUSE:
-        return error_response(409, str(judgement.code), judgement.message)
+        # the refusal is in the run's log either way; a missing role is the caller's, like cancel's
+        status = 403 if judgement.code == RefusalCode.ROLE_MISSING else 409
+        return error_response(status, str(judgement.code), judgement.message)
     return {"approval_id": approval.approval_id, "run_id": approval.run_id, "state": approval.state.value,
             "decided_by": approval.decided_by, "decided_at": approval.decided_at,
             "duplicate": judgement.verdict == Verdict.DUPLICATE}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
+from ira.core.events import RunEventType
 from ira.core.investigation import BranchResult, StopReason
 from ira.core.model import Model
 from ira.core.run import Step
@@ -21,6 +22,14 @@ class BranchStatus(StrEnum):
     ACCEPTED = "accepted"
     FAILED = "failed"  #: a required branch without accepted evidence
     MISSING = "missing"  #: an optional branch without accepted evidence: reported, not fatal
+
+
+ASSESSED_EVENT: dict[BranchStatus, RunEventType] = {
+    BranchStatus.ACCEPTED: RunEventType.BRANCH_ACCEPTED,
+    BranchStatus.FAILED: RunEventType.BRANCH_FAILED,
+    BranchStatus.MISSING: RunEventType.BRANCH_MISSING,
+}
+"""The event the join appends for each branch it assessed."""
 
 
 class BranchOutcome(Model):

@@ -19,6 +19,7 @@ from ira.coordinator import operations, records
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.workflow import BRANCH_KINDS
 from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.events import APPROVAL_SETTLED, RUN_ENDED, RunEventType
 from ira.core.ids import new_id
 from ira.core.run import Run
 from ira.core.states import FINISHED_STEP_STATES, ApprovalState, OperationHandling, RunState, StepState
@@ -43,7 +44,7 @@ async def end_run(
     drafted += await invalidate_pending(conn, run, reason=outcome, at=at)
     drafted += await _reconcile_in_doubt(conn, run, at=at)
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
-    drafted.append(EventDraft(type=f"RUN_{state.name}", data={"outcome": outcome, **(detail or {})}))
+    drafted.append(EventDraft(type=RUN_ENDED[state], data={"outcome": outcome, **(detail or {})}))
     return await runs.commit(conn, RunCommit(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=state,
         outcome=outcome, steps=tuple(changes), events=tuple(drafted)), at=at)
@@ -74,7 +75,7 @@ async def invalidate_pending(
             continue
         if await records.settle_approval(conn, approval, state, at=at, reason=reason):
             await timers.cancel_timer(conn, run.tenant_id, expiry_timer_id(approval.approval_id), now=at)
-            drafted.append(EventDraft(type=f"APPROVAL_{state.name}",
+            drafted.append(EventDraft(type=APPROVAL_SETTLED[state],
                                       data={"approval_id": approval.approval_id, "reason": reason}))
     return drafted
 
@@ -87,6 +88,6 @@ async def _reconcile_in_doubt(conn: AsyncConnection, run: Run, *, at: datetime) 
         await timers.schedule_timer(conn, timers.Timer(
             tenant_id=run.tenant_id, timer_id=new_id("tmr"), kind=RECONCILE_TIMER, due_at=at, run_id=run.run_id,
             step_id=op.step_id, payload={"operation_id": op.operation_id}))
-        drafted.append(EventDraft(type="OPERATION_RECONCILING", data={"operation_id": op.operation_id,
+        drafted.append(EventDraft(type=RunEventType.OPERATION_RECONCILING, data={"operation_id": op.operation_id,
                                                                        "fact_state": op.fact_state.value}))
     return drafted

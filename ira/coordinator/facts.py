@@ -16,6 +16,7 @@ from ira.core.artifact import ArtifactRef
 from ira.core.budget import BudgetDimension
 from ira.core.commit import Fence
 from ira.core.errors import NotFoundError
+from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.run import Claim, Run
 from ira.runtime.store import budget
@@ -25,7 +26,7 @@ from ira.runtime.store.schema import events
 from ira.runtime.store.schema import runs as runs_table
 
 M = TypeVar("M", bound=Model)
-ALERT_DELIVERED = "ALERT_DELIVERED"
+ALERT_DELIVERED = RunEventType.ALERT_DELIVERED
 
 
 async def lock_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:

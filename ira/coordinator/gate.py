@@ -22,12 +22,14 @@ from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_
 from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
 from ira.coordinator.notify import APPROVAL_REQUESTED, request_notification
 from ira.coordinator.records import DraftRecord
-from ira.coordinator.report import TicketDraft, canonical_json
+from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError
+from ira.core.events import APPROVAL_SETTLED, RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, WorkItem
+from ira.core.report import TicketDraft
 from ira.core.run import Claim, Run
 from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime.store import runs, timers
@@ -54,7 +56,7 @@ async def ask(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.WAITING,
         wait_kind=WaitKind.APPROVAL, fence=fence(claim) if claim else None,
         steps=(StepChange(step_id=step_id, state=StepState.WAITING),) if claim else (),
-        events=(*events, EventDraft(type="APPROVAL_REQUESTED", data={
+        events=(*events, EventDraft(type=RunEventType.APPROVAL_REQUESTED, data={
             "approval_id": approval.approval_id, "payload_hash": draft.ref, "draft_version": draft.version,
             "resource_version": approval.resource_version, "required_role": approval.required_role,
             "expires_at": approval.expires_at.isoformat()})),
@@ -98,7 +100,8 @@ async def decide(
         current_draft_ref=draft.ref if draft else None, current_resource_version=await incident_version(conn, run),
         run_waiting_for_approval=run.state == RunState.WAITING and run.wait_kind == WaitKind.APPROVAL))
     if judgement.verdict == Verdict.REFUSE:
-        await runs.append_events(conn, tenant_id, run.run_id, [EventDraft(type="APPROVAL_DECISION_REFUSED", data={
+        await runs.append_events(conn, tenant_id, run.run_id,
+            [EventDraft(type=RunEventType.APPROVAL_DECISION_REFUSED, data={
             "approval_id": approval_id, "principal": principal, "decision": choice.value,
             "code": judgement.code, "message": judgement.message})], at=at)
     if judgement.verdict != Verdict.APPLY:
@@ -114,7 +117,7 @@ async def _apply(
     conn: AsyncConnection, run: Run, approval: Approval, *, choice: Choice, principal: str,
     config: WorkflowConfig, at: datetime,
 ) -> None:
-    decided = EventDraft(type=f"APPROVAL_{target_state(choice).name}", data={
+    decided = EventDraft(type=APPROVAL_SETTLED[target_state(choice)], data={
         "approval_id": approval.approval_id, "principal": principal, "payload_hash": approval.payload_hash,
         "resource_version": approval.resource_version})
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
@@ -157,7 +160,7 @@ async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, con
         return True
     await end_run(conn, run, state=RunState.FAILED, outcome="approval_expired", config=config, at=at,
                   step_states={approval.step_id: StepState.FAILED}, detail={"approval_id": approval_id},
-                  events=(EventDraft(type="APPROVAL_EXPIRED", data={"approval_id": approval_id}),))
+                  events=(EventDraft(type=RunEventType.APPROVAL_EXPIRED, data={"approval_id": approval_id}),))
     return True
 
 
@@ -182,6 +185,6 @@ async def revise(
                                     reason=reason, at=at)
     invalidated = await invalidate_pending(conn, run, reason=reason, at=at)
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
-    revised_event = EventDraft(type="DRAFT_REVISED", data={"draft_ref": draft.ref, "version": draft.version,
+    revised_event = EventDraft(type=RunEventType.DRAFT_REVISED, data={"draft_ref": draft.ref, "version": draft.version,
                                                            "reason": reason, "incident_version": version})
     return await ask(conn, run, draft, config=config, at=at, events=(revised_event, *invalidated))

@@ -14,14 +14,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, records, ticket, verify
-from ira.coordinator.decide import BranchOutcome, BranchStatus, JoinVerdict, assess_branch, decide_join
+from ira.coordinator.decide import (
+    ASSESSED_EVENT,
+    BranchOutcome,
+    BranchStatus,
+    JoinVerdict,
+    assess_branch,
+    decide_join,
+)
 from ira.coordinator.deps import Deps
 from ira.coordinator.ending import end_run
 from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
 from ira.coordinator.report import (
     AcceptedBranch,
-    MissingBranch,
-    Report,
     canonical_json,
     compose_draft,
     compose_report,
@@ -39,10 +44,12 @@ from ira.coordinator.workflow import (
 )
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import BudgetExhaustedError, DomainError
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchResult
 from ira.core.model import Model
 from ira.core.operation import WorkItem
+from ira.core.report import MissingBranch, Report
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime.dispatch import StepContext, StepHandler
@@ -99,8 +106,8 @@ async def join(deps: Deps, ctx: StepContext) -> None:
         await charge_step(conn, c, config=deps.config, at=now)
         summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
                                    config=deps.config, at=now)
-        events = (*(EventDraft(type=f"BRANCH_{o.status.name}", data=o.model_dump(mode="json")) for o in outcomes),
-                  EventDraft(type="JOINED", data={"verdict": verdict.value, "summary_ref": summary.ref}))
+        events = (*(EventDraft(type=ASSESSED_EVENT[o.status], data=o.model_dump(mode="json")) for o in outcomes),
+                  EventDraft(type=RunEventType.JOINED, data={"verdict": verdict.value, "summary_ref": summary.ref}))
         if verdict == JoinVerdict.PROCEED:
             await runs.commit(conn, RunCommit(
                 tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
@@ -146,10 +153,11 @@ async def synthesize(deps: Deps, ctx: StepContext) -> None:
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             steps=(StepChange(step_id=SYNTHESIZE, state=StepState.DONE, result_ref=report_ref.ref),),
-            events=(EventDraft(type="REPORT_WRITTEN", data={
+            events=(EventDraft(type=RunEventType.REPORT_WRITTEN, data={
                         "report_ref": report_ref.ref, "facts": len(report.facts),
                         "hypotheses": len(report.hypotheses), "missing": [m.branch for m in report.missing]}),
-                    EventDraft(type="DRAFT_WRITTEN", data={"draft_ref": record.ref, "version": record.version}))),
+                    EventDraft(type=RunEventType.DRAFT_WRITTEN, data={"draft_ref": record.ref,
+                        "version": record.version}))),
             at=now)
 
 
@@ -179,7 +187,8 @@ async def approve_ticket(deps: Deps, ctx: StepContext) -> None:
             await end_run(conn, run, state=RunState.FAILED, outcome="action_blocked", config=deps.config, at=now,
                           step_states={APPROVE_TICKET: StepState.FAILED})
             return
-        event: EventDraft | None = EventDraft(type="APPROVAL_NOT_REQUIRED", data={"action": CREATE_TICKET_ACTION})
+        event: EventDraft | None = EventDraft(type=RunEventType.APPROVAL_NOT_REQUIRED,
+            data={"action": CREATE_TICKET_ACTION})
         if answer == PolicyAnswer.ASK:
             event = await _checked_or_ask(conn, ctx, run, deps=deps)
         if event is None:
@@ -199,7 +208,8 @@ async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, 
     if approval is None:
         await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c)
         return None
-    return EventDraft(type="APPROVAL_CHECKED", data={"approval_id": approval.approval_id, "owner_epoch": c.owner_epoch})
+    return EventDraft(type=RunEventType.APPROVAL_CHECKED, data={"approval_id": approval.approval_id,
+        "owner_epoch": c.owner_epoch})
 
 
 async def complete(deps: Deps, ctx: StepContext) -> None:

@@ -23,6 +23,7 @@ from ira.core.commit import EventDraft, RunCommit
 from ira.core.decision import DECISION_MESSAGE, IncidentDecision
 from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
+from ira.core.events import RunEventType
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState
 from ira.runtime.store import budget, runs, timers
@@ -63,7 +64,7 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     if (same := await _by_key(conn, t, decision.evaluation_id)) is not None:
         return same
     if (open_run := await open_run_for(conn, t, decision.incident_id)) is not None:
-        await runs.append_events(conn, t, open_run.run_id, [EventDraft(type="DECISION_REFUSED", data={
+        await runs.append_events(conn, t, open_run.run_id, [EventDraft(type=RunEventType.DECISION_REFUSED, data={
             "evaluation_id": decision.evaluation_id, "reason": "the incident already has an open run"})], at=at)
         return open_run
     plan = plan_run(decision, config, now=at)
@@ -74,7 +75,8 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     await timers.schedule_timer(conn, plan.deadline)
     return await runs.commit(conn, RunCommit(
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
-        events=(EventDraft(type="RUN_STARTED", data={"branch_deadline": plan.deadline.due_at.isoformat()}),)), at=at)
+        events=(EventDraft(type=RunEventType.RUN_STARTED,
+            data={"branch_deadline": plan.deadline.due_at.isoformat()}),)), at=at)
 
 
 async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,

@@ -1,5 +1,5 @@
 """The coordinator role's composition root: builds the ticket system, the dispatcher and
-the consumers from the Platform; serves the run, approval and ticket API."""
+the consumers from the Platform; serves the commands (cancel, decide)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,7 @@ class CoordinatorRole:
     name = "coordinator"
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        return [build_router(platform.settings, build_deps(platform),
-                             tickets=BuiltinTicketSystem(platform.db, platform.clock))]
+        return [build_router(platform.settings, build_deps(platform))]
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         await build_worker(platform).run(stop)

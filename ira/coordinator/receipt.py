@@ -11,6 +11,7 @@ from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft
 from ira.core.errors import DomainError
+from ira.core.events import RunEventType
 from ira.core.operation import Operation
 from ira.core.states import TERMINAL_RUN_STATES, OperationFact, OperationHandling
 from ira.core.ticket import Ticket
@@ -42,7 +43,8 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
         await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, external_ref=ticket.key,
                               handling=OperationHandling.NONE, at=now, from_facts=operations.IN_DOUBT)
         run = await runs.get_run(conn, op.tenant_id, op.run_id)
-        await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type="OPERATION_CONFIRMED", data={
+        await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type=RunEventType.OPERATION_CONFIRMED,
+            data={
             "operation_id": op.operation_id, "external_ref": ticket.key, "receipt_ref": receipt.ref,
             "adopted": adopted, "owner_epoch": epoch, "late": run.state in TERMINAL_RUN_STATES})], at=now)
         return receipt.ref

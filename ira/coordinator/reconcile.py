@@ -23,6 +23,7 @@ from ira.coordinator.receipt import namespace, record_receipt
 from ira.coordinator.workflow import COMPLETE, CREATE_TICKET
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import DomainError, NotFoundError, StaleEpochError
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Operation, WorkItem
 from ira.core.run import Run, Step
@@ -60,7 +61,7 @@ async def park(deps: Deps, ctx: StepContext, op: Operation) -> None:
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             state=RunState.WAITING, wait_kind=WaitKind.EXTERNAL,
             steps=(StepChange(step_id=CREATE_TICKET, state=StepState.WAITING),),
-            events=(EventDraft(type="OPERATION_UNKNOWN", data={"operation_id": op.operation_id}),)), at=now)
+            events=(EventDraft(type=RunEventType.OPERATION_UNKNOWN, data={"operation_id": op.operation_id}),)), at=now)
 
 
 async def reconcile(deps: Deps, tenant_id: str, operation_id: str, *, final: bool) -> str:
@@ -120,7 +121,8 @@ async def _not_created(deps: Deps, op: Operation) -> str:
             return await _resume_in(conn, run, at=now, environment=deps.config.environment) or "retry"
         await operations.move(conn, op, to=OperationFact.CONFIRMED_FAILURE, handling=OperationHandling.NONE, at=now,
                               from_facts=operations.IN_DOUBT)
-        await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type="OPERATION_NOT_CREATED", data={
+        await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type=RunEventType.OPERATION_NOT_CREATED,
+            data={
             "operation_id": op.operation_id, "late": True})], at=now)
     return "not_created"
 
@@ -144,7 +146,7 @@ async def _resume_in(conn: AsyncConnection, run: Run, *, at: datetime, environme
     await runs.commit(conn, RunCommit(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=state,
         steps=(StepChange(step_id=step.step_id, state=StepState.READY),),
-        events=(EventDraft(type="OPERATION_RESUMED", data={"step_id": step.step_id}),),
+        events=(EventDraft(type=RunEventType.OPERATION_RESUMED, data={"step_id": step.step_id}),),
         outbox=(step_wakeup(run.tenant_id, run.run_id, step.step_id, kind=step.kind, environment=environment,
                             at=at),)), at=at)
     return "resumed"
@@ -161,7 +163,7 @@ async def _to_manual_repair(deps: Deps, op: Operation) -> None:
             summary=f"Ticket creation {op.operation_id} is unknown past its deadline: verify it by key"))
         run = await lock_run(conn, op.tenant_id, op.run_id)
         state = None if run.state in TERMINAL_RUN_STATES else RunState.WAITING
-        drafted = [EventDraft(type="OPERATION_MANUAL_REPAIR", data={"operation_id": op.operation_id})]
+        drafted = [EventDraft(type=RunEventType.OPERATION_MANUAL_REPAIR, data={"operation_id": op.operation_id})]
         if state is None:
             await runs.append_events(conn, op.tenant_id, op.run_id, drafted, at=now)
             return
@@ -203,7 +205,7 @@ async def close_manual_repair(
         await operations.move(conn, op, to=fact, external_ref=external_ref, handling=OperationHandling.NONE, at=now)
         await records.close_work_items(conn, tenant_id, op.run_id, kind=MANUAL_REPAIR, at=now, facts={
             **item["facts"], "closed_by": principal, "evidence_ref": evidence_ref, "external_ref": external_ref})
-        await runs.append_events(conn, tenant_id, op.run_id, [EventDraft(type="MANUAL_REPAIR_CLOSED", data={
+        await runs.append_events(conn, tenant_id, op.run_id, [EventDraft(type=RunEventType.MANUAL_REPAIR_CLOSED, data={
             "operation_id": op.operation_id, "evidence_ref": evidence_ref, "fact_state": fact.value,
             "principal": principal})], at=now)
         await _resume_in(conn, await lock_run(conn, tenant_id, op.run_id), at=now,

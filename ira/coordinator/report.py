@@ -12,37 +12,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import AwareDatetime
-
 from ira.core.investigation import BranchResult, StopReason
 from ira.core.model import Model
+from ira.core.report import MissingBranch, Report, ReportFact, ReportHypothesis, TicketDraft
 from ira.core.ticket import TicketRequest
-
-
-class ReportFact(Model):
-    evidence_id: str
-    branch: str
-    source: str
-    summary: str
-    evidence_ref: str
-    """The artifact holding the raw observation (or the branch result that carries it)."""
-    query: str | None = None
-    window_start: AwareDatetime | None = None
-    window_end: AwareDatetime | None = None
-    partial: bool = False
-
-
-class ReportHypothesis(Model):
-    statement: str
-    confidence: float
-    evidence_ids: tuple[str, ...]
-    evidence_refs: tuple[str, ...]
-    unverified: tuple[str, ...] = ()
-
-
-class MissingBranch(Model):
-    branch: str
-    reason: str
 
 
 class AcceptedBranch(Model):
@@ -53,31 +26,6 @@ class AcceptedBranch(Model):
     result: BranchResult
 
 
-class Report(Model):
-    run_id: str
-    incident_id: str
-    title: str
-    severity: str
-    service: str | None = None
-    environment: str | None = None
-    facts: tuple[ReportFact, ...]
-    hypotheses: tuple[ReportHypothesis, ...]
-    missing: tuple[MissingBranch, ...] = ()
-    branch_refs: dict[str, str]
-    notes: tuple[str, ...] = ()
-
-
-class TicketDraft(Model):
-    """What the approver sees and what create_ticket sends; its content hash is its ref."""
-
-    run_id: str
-    incident_id: str
-    incident_version: int
-    report_ref: str
-    request: TicketRequest
-    evidence_refs: tuple[str, ...]
-
-
 def canonical_json(model: Model) -> bytes:
     """Sorted keys, no whitespace: equal content always hashes equal."""
     return json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
@@ -86,7 +34,7 @@ def canonical_json(model: Model) -> bytes:
 def compose_report(
     *, run_id: str, bindings: Mapping[str, Any], accepted: Sequence[AcceptedBranch], missing: Sequence[MissingBranch],
 ) -> Report:
-    facts = [_fact(b, e) for b in accepted for e in b.result.evidence]
+    facts = _labelled([_fact(b, e) for b in accepted for e in b.result.evidence])
     by_id = {f.evidence_id: f for f in facts}
     hypotheses, notes = [], []
     gaps = tuple(f"{m.branch} branch missing: {m.reason}" for m in missing)
@@ -99,12 +47,22 @@ def compose_report(
             hypotheses.append(ReportHypothesis(
                 statement=h.statement, confidence=h.confidence, evidence_ids=cited,
                 evidence_refs=tuple(dict.fromkeys(by_id[e].evidence_ref for e in cited)),
-                unverified=(*h.unverified, *gaps)))
+                evidence_labels=tuple(by_id[e].label for e in cited), unverified=(*h.unverified, *gaps)))
     hypotheses.sort(key=lambda h: -h.confidence)
     return Report(run_id=run_id, incident_id=str(bindings["incident_id"]), title=str(bindings.get("title") or ""),
                   severity=str(bindings.get("severity") or "warning"), service=bindings.get("service"),
                   environment=bindings.get("environment"), facts=tuple(facts), hypotheses=tuple(hypotheses),
                   missing=tuple(missing), branch_refs={b.branch: b.result_ref for b in accepted}, notes=tuple(notes))
+
+
+def _labelled(facts: Sequence[ReportFact]) -> list[ReportFact]:
+    """Give each fact its short label: the branch's initial and its ordinal in that branch."""
+    counts: dict[str, int] = {}
+    out = []
+    for fact in facts:
+        counts[fact.branch] = counts.get(fact.branch, 0) + 1
+        out.append(fact.model_copy(update={"label": f"{fact.branch[:1].upper()}{counts[fact.branch]}"}))
+    return out
 
 
 def _fact(branch: AcceptedBranch, evidence: Any) -> ReportFact:
@@ -134,10 +92,9 @@ def render_body(report: Report, *, incident_version: int, updates: Sequence[str]
     lines = [f"Incident {report.incident_id} (version {incident_version})"
              f"{' on ' + report.service if report.service else ''}"
              f"{' in ' + report.environment if report.environment else ''}.", "", "## Facts"]
-    lines += [f"- [{f.branch}] {f.summary} ({f.source}{', partial' if f.partial else ''}; {f.evidence_ref})"
-              for f in report.facts]
+    lines += [f"- **{f.label}** {f.summary} ({f.source}{', partial' if f.partial else ''})" for f in report.facts]
     lines += ["", "## Hypotheses (not verified)"]
-    lines += [f"- {h.statement} (confidence {h.confidence:.2f}; evidence {', '.join(h.evidence_ids)})"
+    lines += [f"- {h.statement} (confidence {h.confidence:.2f}; evidence {', '.join(h.evidence_labels)})"
               + (f"; unverified: {'; '.join(h.unverified)}" if h.unverified else "") for h in report.hypotheses]
     if report.missing:
         lines += ["", "## Missing"] + [f"- {m.branch}: {m.reason}" for m in report.missing]

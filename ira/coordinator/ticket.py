@@ -27,12 +27,14 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
 from ira.coordinator.receipt import idempotency_key, namespace, record_receipt
 from ira.coordinator.reconcile import park
-from ira.coordinator.report import TicketDraft, canonical_json
+from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
+from ira.core.report import TicketDraft
 from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
 from ira.core.ticket import TicketRequest
@@ -86,7 +88,7 @@ async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, Ticke
             fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=now, updated_at=now))
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            events=(EventDraft(type="OPERATION_INTENT_RECORDED", data={
+            events=(EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
                 "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
                 "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)), at=now)
         return op, doc.request
@@ -131,7 +133,7 @@ async def _submit(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Oper
         due_at=deadline, run_id=c.run_id, step_id=CREATE_TICKET, payload={"operation_id": op.operation_id}))
     await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-        events=(EventDraft(type="OPERATION_SUBMITTED", data={
+        events=(EventDraft(type=RunEventType.OPERATION_SUBMITTED, data={
             "operation_id": op.operation_id, "owner_epoch": c.owner_epoch, "deadline": deadline.isoformat()}),)),
         at=at)
 
@@ -172,7 +174,7 @@ async def _hold(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operat
     draft = await records.current_draft(conn, run.tenant_id, run.run_id)
     assert draft is not None  # an intent exists only for a draft
     await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=ctx.claim, events=(
-        EventDraft(type="OPERATION_HELD", data={"operation_id": op.operation_id, "reason": problem}),))
+        EventDraft(type=RunEventType.OPERATION_HELD, data={"operation_id": op.operation_id, "reason": problem}),))
 
 
 async def _refuse(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, problem: str,
@@ -182,7 +184,8 @@ async def _refuse(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Oper
     await runs.commit(conn, RunCommit(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, fence=fence(ctx.claim),
         steps=(StepChange(step_id=CREATE_TICKET, state=StepState.FAILED),),
-        events=(EventDraft(type="OPERATION_REFUSED", data={"operation_id": op.operation_id, "reason": problem}),)),
+        events=(EventDraft(type=RunEventType.OPERATION_REFUSED, data={"operation_id": op.operation_id,
+            "reason": problem}),)),
         at=at)
 
 
@@ -205,7 +208,7 @@ async def _verify(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
             raise ConcurrentUpdateError(f"operation {op.operation_id} moved concurrently")
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            events=(EventDraft(type="OPERATION_RETRY_AUTHORIZED", data={
+            events=(EventDraft(type=RunEventType.OPERATION_RETRY_AUTHORIZED, data={
                 "operation_id": op.operation_id, "owner_epoch": c.owner_epoch,
                 "evidence": f"{deps.tickets.name}: no ticket for the key behind a barrier at epoch {c.owner_epoch}"}),
             )), at=now)
@@ -234,7 +237,7 @@ async def _fail(deps: Deps, ctx: StepContext, op: Operation, *, reason: str) -> 
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             steps=(StepChange(step_id=CREATE_TICKET, state=StepState.FAILED),),
-            events=(EventDraft(type="OPERATION_FAILED", data={"operation_id": op.operation_id,
+            events=(EventDraft(type=RunEventType.OPERATION_FAILED, data={"operation_id": op.operation_id,
                                                               "reason": reason}),)), at=now)
 
 
@@ -250,5 +253,5 @@ async def _finish(deps: Deps, ctx: StepContext, op: Operation) -> None:
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             steps=(StepChange(step_id=CREATE_TICKET, state=StepState.DONE,
                               result_ref=receipt.ref if receipt else None),),
-            events=(EventDraft(type="TICKET_CREATED", data={"operation_id": op.operation_id,
+            events=(EventDraft(type=RunEventType.TICKET_CREATED, data={"operation_id": op.operation_id,
                                                             "key": ticket.key if ticket else None}),)), at=now)

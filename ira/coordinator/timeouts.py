@@ -21,6 +21,7 @@ from ira.coordinator.workflow import BRANCH_DEADLINE_TIMER, BRANCH_KINDS
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
+from ira.core.events import RunEventType
 from ira.core.investigation import BranchKind, BranchResult, StopReason
 from ira.core.states import FINISHED_STEP_STATES, TERMINAL_RUN_STATES, StepState
 from ira.runtime.store import budget, runs, steps
@@ -67,7 +68,7 @@ async def time_out_branches(deps: Deps, tenant_id: str, run_id: str) -> str:
                                   error="timed out by the coordinator at the branch deadline")
             ref = await store_json(conn, tenant_id, canonical_json(result), config=deps.config, at=now)
             changes.append(StepChange(step_id=step.step_id, state=StepState.FAILED, result_ref=ref.ref))
-            drafted.append(EventDraft(type="BRANCH_TIMED_OUT", data={"step_id": step.step_id,
+            drafted.append(EventDraft(type=RunEventType.BRANCH_TIMED_OUT, data={"step_id": step.step_id,
                                                                      "required": step.required}))
         await runs.commit(conn, RunCommit(tenant_id=tenant_id, run_id=run_id, expected_version=run.state_version,
                                           steps=tuple(changes), events=tuple(drafted)), at=now)

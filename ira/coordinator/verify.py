@@ -22,12 +22,14 @@ from ira.coordinator.ending import end_run
 from ira.coordinator.facts import fence, load_model, lock_run, store_json
 from ira.coordinator.notify import RUN_COMPLETED, request_notification
 from ira.coordinator.reconcile import MANUAL_REPAIR, repair_facts
-from ira.coordinator.report import Report, canonical_json
+from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import COMPLETE, SYNTHESIZE
 from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.model import Model
 from ira.core.operation import Operation, WorkItem
+from ira.core.report import Report
 from ira.core.run import Claim, Run
 from ira.core.states import OperationFact, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime.store import runs, steps
@@ -114,7 +116,7 @@ async def _complete(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, fence=fence(claim),
         state=RunState.COMPLETED, outcome="ticket_created",
         steps=(StepChange(step_id=COMPLETE, state=StepState.DONE, result_ref=ref.ref),),
-        events=(EventDraft(type="RUN_COMPLETED", data={"result_ref": ref.ref, "tickets": tickets}),),
+        events=(EventDraft(type=RunEventType.RUN_COMPLETED, data={"result_ref": ref.ref, "tickets": tickets}),),
         outbox=(message,)), at=at)
 
 
@@ -132,4 +134,5 @@ async def _hand_over(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, fence=fence(claim),
         state=RunState.WAITING, wait_kind=WaitKind.HUMAN_REVIEW,
         steps=(StepChange(step_id=COMPLETE, state=StepState.WAITING),),
-        events=(EventDraft(type="VERIFICATION_BLOCKED", data={"in_doubt": list(verification.in_doubt)}),)), at=at)
+        events=(EventDraft(type=RunEventType.VERIFICATION_BLOCKED,
+            data={"in_doubt": list(verification.in_doubt)}),)), at=at)

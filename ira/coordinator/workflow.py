@@ -23,6 +23,7 @@ from ira.coordinator.config import WorkflowConfig
 from ira.core.budget import BudgetDimension
 from ira.core.commit import EventDraft, NewRun, NewStep
 from ira.core.decision import IncidentDecision
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchBinding, BranchKind
 from ira.core.states import StepState
@@ -93,7 +94,7 @@ def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetim
         subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW, environment=config.environment,
         incident_id=decision.incident_id, contract=dict(CONTRACT), bindings=run_bindings(decision, now=now),
         steps=steps, outbox=wakeups, idempotency_key=decision.evaluation_id,
-        events=(EventDraft(type="RUN_CREATED", data={
+        events=(EventDraft(type=RunEventType.RUN_CREATED, data={
             "incident_id": decision.incident_id, "evaluation_id": decision.evaluation_id, "workflow": WORKFLOW,
             "incident_version": decision.incident_version}),),
     )

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from ira.core.envelope import Envelope
+from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.states import RunState, StepState, WaitKind
 
@@ -19,7 +20,7 @@ from ira.core.states import RunState, StepState, WaitKind
 class EventDraft(Model):
     """An event to append; the store assigns ``run_seq``, ``event_id`` and ``at``."""
 
-    type: str
+    type: RunEventType
     data: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -91,7 +92,7 @@ class NewRun(Model):
     contract: dict[str, Any] = Field(default_factory=dict)
     bindings: dict[str, Any] = Field(default_factory=dict)
     steps: tuple[NewStep, ...] = ()
-    events: tuple[EventDraft, ...] = (EventDraft(type="RUN_CREATED"),)
+    events: tuple[EventDraft, ...] = (EventDraft(type=RunEventType.RUN_CREATED),)
     outbox: tuple[OutboxMessage, ...] = ()
     idempotency_key: str | None = None
     """A second NewRun with the same key returns the first run instead of creating another."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.states import RunState, StepState, WaitKind
 
@@ -98,6 +99,6 @@ class RunEvent(Model):
     run_id: str
     run_seq: int
     event_id: str
-    type: str
+    type: RunEventType
     at: datetime
     data: dict[str, Any] = Field(default_factory=dict)

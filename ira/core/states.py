@@ -23,6 +23,16 @@ class RunState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class IncidentStatus(StrEnum):
+    """An incident as triage keeps it (decided in ``ira.triage.decide``)."""
+
+    OPEN = "open"
+    """At least one alert firing."""
+    RESOLVED = "resolved"
+    """Every alert resolved; still the group's incident until the quiet period passed."""
+    CLOSED = "closed"
+
+
 class WaitKind(StrEnum):
     APPROVAL = "approval"
     INPUT = "input"

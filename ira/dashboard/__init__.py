@@ -1,7 +1,8 @@
-"""The dashboard: live web pages for runs, what needs a human, health; and the SSE event stream.
+"""The dashboard: every GET of the API, and the live web pages for the person on call.
 
-Server-rendered (Jinja2) from the same read models as the JSON API
-(``ira.runtime.store.views``); a run page follows its event log live over SSE
-(``/v1/runs/{id}/events/stream``, resumable by ``Last-Event-ID``). Decisions on approvals go
-through the public API with the page's CSRF token, exactly as any other client would.
+Both read through the one read model (:mod:`ira.readmodel`): ``api.py`` serves it as JSON (runs,
+events and their SSE stream, report, draft, incidents, tickets, artifacts), ``pages.py``
+renders it server-side (Jinja2, autoescaped). A run page follows its event log live over SSE
+(resumable by ``Last-Event-ID``). Decisions go through the coordinator's public commands with
+the page's CSRF token, exactly as any other client's would.
 """

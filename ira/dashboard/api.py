@@ -1,31 +1,114 @@
-"""``GET /v1/runs/{run_id}/events/stream``: the run's event log as server-sent events."""
+"""Every GET of the API (DESIGN.md §10), served from the one read model (``ira.readmodel``).
 
+Runs, their events (JSON and SSE), report, draft, incidents, tickets and artifacts. The
+caller's API token decides the tenant; another tenant's object answers 404 exactly like a
+missing one. Commands (decide, cancel, work-item actions) stay with the coordinator.
+"""
 
-from typing import Annotated
+from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import StreamingResponse
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.stream import event_stream
+from ira.readmodel import detail, events, incidents, reports, runs, tickets
 from ira.runtime.auth import Principal, principal_for
-from ira.runtime.platform import Platform
-from ira.runtime.store import runs
+from ira.runtime.settings import Settings
+from ira.runtime.store import artifacts
+from ira.runtime.store.database import Database
 
 
-def build_stream_api(platform: Platform) -> APIRouter:
-    router = APIRouter(tags=["runs"])
-    Caller = Annotated[Principal, Depends(principal_for(platform.settings))]
+def build_read_api(settings: Settings, db: Database) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+    who = Depends(principal_for(settings))
+    _run_reads(router, db, who)
+    _decision_reads(router, db, who)
+    _incident_reads(router, db, who)
+    return router
 
-    @router.get("/v1/runs/{run_id}/events/stream")
-    async def stream(run_id: str, request: Request, caller: Caller, after: int = 0,
+
+def _run_reads(router: APIRouter, db: Database, who: Any) -> None:
+    @router.get("/runs", tags=["runs"])
+    async def list_runs(caller: Principal = who, state: RunState | None = None,
+                        wait_kind: WaitKind | None = None, incident_id: str | None = None,
+                        limit: Annotated[int, Query(ge=1, le=500)] = 50) -> runs.RunList:
+        """The tenant's runs, newest first, optionally by state, wait kind and incident."""
+        async with db.reader() as conn:
+            return await runs.list_runs(conn, caller.tenant_id, state=state, wait_kind=wait_kind,
+                                        incident_id=incident_id, limit=limit)
+
+    @router.get("/runs/{run_id}", tags=["runs"])
+    async def get_run(run_id: str, caller: Principal = who) -> detail.RunDetail:
+        """The run with its steps, approvals, operations, budget, deliveries, work items and drafts."""
+        async with db.reader() as conn:
+            return await detail.run_detail(conn, caller.tenant_id, run_id)
+
+    @router.get("/runs/{run_id}/events", tags=["runs"])
+    async def list_events(run_id: str, caller: Principal = who,
+                          after: Annotated[int, Query(ge=0)] = 0,
+                          limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> events.EventList:
+        """The run's log after ``run_seq`` ``after``: numbered 1..N without gaps."""
+        async with db.reader() as conn:
+            return await events.list_events(conn, caller.tenant_id, run_id, after=after, limit=limit)
+
+    @router.get("/runs/{run_id}/events/stream", tags=["runs"], response_class=StreamingResponse)
+    async def stream(run_id: str, request: Request, caller: Principal = who, after: int = 0,
                      last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
         """SSE; ``id:`` = run_seq; resumes after ``Last-Event-ID`` (or ``?after=``)."""
-        async with platform.db.reader() as conn:
-            await runs.get_run(conn, caller.tenant_id, run_id)  # 404 for another tenant's run
+        async with db.reader() as conn:
+            await runs.get_summary(conn, caller.tenant_id, run_id)  # 404 for another tenant's run
         start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
-        frames = event_stream(platform.db, caller.tenant_id, run_id, after=start,
-                              disconnected=request.is_disconnected)
+        frames = event_stream(db, caller.tenant_id, run_id, after=start, disconnected=request.is_disconnected)
         return StreamingResponse(frames, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    return router
+
+def _decision_reads(router: APIRouter, db: Database, who: Any) -> None:
+    @router.get("/runs/{run_id}/report", tags=["runs"])
+    async def get_report(run_id: str, caller: Principal = who) -> reports.ReportView:
+        """Facts with their evidence, hypotheses, how each branch was judged; 404 before synthesis."""
+        async with db.reader() as conn:
+            return await reports.report_view(conn, caller.tenant_id, run_id)
+
+    @router.get("/runs/{run_id}/draft", tags=["runs"])
+    async def get_draft(run_id: str, caller: Principal = who,
+                        version: Annotated[int | None, Query(ge=1)] = None) -> reports.DraftView:
+        """The ticket draft exactly as it will be filed (current version unless ``version``)."""
+        async with db.reader() as conn:
+            return await reports.draft_view(conn, caller.tenant_id, run_id, version=version)
+
+    @router.get("/artifacts/{ref}", tags=["runs"], response_class=Response)
+    async def get_artifact(ref: str, caller: Principal = who) -> Response:
+        """An artifact's bytes with its media type; only the caller's tenant's."""
+        async with db.reader() as conn:
+            meta, body = await artifacts.get_artifact(conn, caller.tenant_id, ref)
+        return Response(body, media_type=meta.media_type, headers={
+            "Cache-Control": "private, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff",
+            "Content-Disposition": "inline"})
+
+
+def _incident_reads(router: APIRouter, db: Database, who: Any) -> None:
+    @router.get("/incidents", tags=["incidents"])
+    async def list_incidents(caller: Principal = who,
+                             status: Annotated[IncidentStatus | None, Query(description="open | resolved | closed")]
+                             = None, limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                             ) -> dict[str, list[incidents.IncidentView]]:
+        """The caller's tenant's incidents, newest first."""
+        async with db.reader() as conn:
+            return {"incidents": await incidents.list_incidents(conn, caller.tenant_id, status=status, limit=limit)}
+
+    @router.get("/incidents/{incident_id}", tags=["incidents"])
+    async def get_incident(incident_id: str, caller: Principal = who) -> incidents.IncidentDetail:
+        """One incident with its alerts, evaluations (decision, reason, basis), runs and tickets."""
+        async with db.reader() as conn:
+            return await incidents.incident_detail(conn, caller.tenant_id, incident_id)
+
+    @router.get("/tickets", tags=["tickets"])
+    async def list_tickets(caller: Principal = who,
+                           limit: Annotated[int, Query(ge=1, le=500)] = 100) -> tickets.TicketList:
+        """Tickets of the builtin ticket service, newest first."""
+        async with db.reader() as conn:
+            return await tickets.list_tickets(conn, caller.tenant_id, limit=limit)

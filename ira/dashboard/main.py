@@ -9,7 +9,7 @@ from importlib.resources import files
 from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
-from ira.dashboard.api import build_stream_api
+from ira.dashboard.api import build_read_api
 from ira.dashboard.pages import build_login, build_pages
 from ira.runtime.platform import Platform
 
@@ -20,7 +20,8 @@ class DashboardRole:
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
         static = APIRouter()
         static.mount("/static", StaticFiles(directory=str(files("ira.dashboard") / "static")), name="static")
-        return (build_stream_api(platform), build_login(platform.settings), build_pages(platform), static)
+        return (build_read_api(platform.settings, platform.db), build_login(platform.settings),
+            build_pages(platform), static)
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         await stop.wait()

@@ -13,11 +13,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ira.core.errors import AuthenticationError
+from ira.readmodel import detail, events, runs, work
 from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_token, csrf_token, request_token
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import platform_checks, run_checks
 from ira.runtime.settings import Settings
-from ira.runtime.store import runs, views
 
 TEMPLATES = Environment(loader=FileSystemLoader(str(files("ira.dashboard") / "templates")),
                         autoescape=select_autoescape(["html"]))
@@ -73,22 +73,22 @@ def build_pages(platform: Platform) -> APIRouter:
     @router.get("/")
     async def runs_page(viewer: Viewer, state: str | None = None) -> HTMLResponse:
         async with platform.db.reader() as conn:
-            listed = await views.list_runs(conn, viewer.tenant_id, state=state, limit=100)
-        return render("runs.html", viewer=viewer, runs=listed, state=state)
+            listed = await runs.list_runs(conn, viewer.tenant_id, state=state, limit=100)
+        return render("runs.html", viewer=viewer, runs=listed.runs, state=state)
 
     @router.get("/needs-a-human")
     async def needs_a_human(viewer: Viewer) -> HTMLResponse:
         async with platform.db.reader() as conn:
-            waiting = await views.list_runs(conn, viewer.tenant_id, state="waiting", limit=100)
-            items = await views.open_work_items(conn, viewer.tenant_id)
-        return render("needs_a_human.html", viewer=viewer, runs=waiting, items=items)
+            waiting = await runs.list_runs(conn, viewer.tenant_id, state="waiting", limit=100)
+            items = await work.open_work_items(conn, viewer.tenant_id)
+        return render("needs_a_human.html", viewer=viewer, runs=waiting.runs, items=items)
 
     @router.get("/runs/{run_id}")
     async def run_page(run_id: str, request: Request, viewer: Viewer) -> HTMLResponse:
         async with platform.db.reader() as conn:
-            detail = await views.run_detail(conn, viewer.tenant_id, run_id)
-            log = await runs.list_events(conn, viewer.tenant_id, run_id)
-        return render("run.html", viewer=viewer, run=detail, events=log, csrf=csrf_token(request_token(request)))
+            run = await detail.run_detail(conn, viewer.tenant_id, run_id)
+            log = await events.list_events(conn, viewer.tenant_id, run_id)
+        return render("run.html", viewer=viewer, run=run, events=log.events, csrf=csrf_token(request_token(request)))
 
     @router.get("/health")
     async def health(viewer: Viewer) -> HTMLResponse:

@@ -2,27 +2,22 @@
 
 The log in SQL is the source; the stream polls it (a cheap indexed range read) rather than
 trusting a broker fan-out, so a client that reconnects after any outage misses nothing.
+Each frame is the read model's :class:`~ira.readmodel.events.EventView`, the same object the
+JSON event list returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
-from ira.core.run import RunEvent
+from ira.readmodel.events import event_view, sse_frame
 from ira.runtime.store import runs
 from ira.runtime.store.database import Database
 
 POLL = timedelta(milliseconds=500)
 KEEPALIVE = timedelta(seconds=15)
-
-
-def sse_frame(event: RunEvent) -> str:
-    data = {"run_seq": event.run_seq, "event_id": event.event_id, "type": event.type,
-            "at": event.at.isoformat(), "data": event.data}
-    return f"id: {event.run_seq}\nevent: run-event\ndata: {json.dumps(data, default=str)}\n\n"
 
 
 async def event_stream(
@@ -36,7 +31,7 @@ async def event_stream(
             batch = await runs.list_events(conn, tenant_id, run_id, after=after, limit=200)
         for event in batch:
             after = event.run_seq
-            yield sse_frame(event)
+            yield sse_frame(event_view(event))
         quiet = timedelta(0) if batch else quiet + poll
         if quiet >= KEEPALIVE:
             quiet = timedelta(0)

@@ -21,6 +21,7 @@ from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.envelope import Envelope
 from ira.core.errors import ConcurrentUpdateError, StaleEpochError, TransientError
+from ira.core.events import RunEventType
 from ira.core.run import Claim, Run, Step
 from ira.core.states import StepState
 from ira.runtime.store import runs, steps
@@ -160,6 +161,6 @@ class StepDispatcher:
                 tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
                 fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
                 steps=(StepChange(step_id=c.step_id, state=StepState.FAILED),),
-                events=(EventDraft(type="STEP_FAILED", data={"step_id": c.step_id, "error": error}),),
+                events=(EventDraft(type=RunEventType.STEP_FAILED, data={"step_id": c.step_id, "error": error}),),
             ), at=self.clock.now())
             await steps.end_attempt(conn, c, outcome="failed", now=self.clock.now(), error=error)

@@ -8,7 +8,6 @@ Public API:
   hooks (``start`` reads for the whole batch, ``finish`` writes for it).
 * :func:`ira.triage.decide.decide`, :func:`ira.triage.grouping.group_key`,
   :func:`ira.triage.silence.find_silence` — the pure rules.
-* :func:`ira.triage.api.build_router` — ``GET /v1/incidents`` and ``GET /v1/incidents/{id}``.
 * Tables ``alerts``, ``incidents``, ``changes`` (:mod:`ira.triage.tables`; migration
   ``0002_triage``); evaluations in the runtime's ``decisions`` table.
 """

@@ -32,6 +32,7 @@ from pydantic import AwareDatetime, Field
 
 from ira.core.alert import AlertStatus, DecisionKind, Severity
 from ira.core.model import Model
+from ira.core.states import IncidentStatus
 
 SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
 
@@ -50,14 +51,6 @@ class Reason(StrEnum):
     FLAPPING = "flapping"
     STORM = "storm"
     COOLDOWN = "cooldown"
-
-
-class IncidentStatus(StrEnum):
-    OPEN = "open"
-    """At least one alert firing."""
-    RESOLVED = "resolved"
-    """Every alert resolved; still the group's incident until the quiet period passed."""
-    CLOSED = "closed"
 
 
 class Effect(StrEnum):

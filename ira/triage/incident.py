@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ira.core.alert import AlertEvent, AlertStatus
-from ira.triage.decide import AlertState, IncidentStatus, firing_delta, max_severity, status_for
+from ira.core.states import IncidentStatus
+from ira.triage.decide import AlertState, firing_delta, max_severity, status_for
 from ira.triage.store import IncidentRecord
 
 

@@ -3,7 +3,7 @@
 ``run`` consumes ``ira.alerts.v1`` (consumer ``triage``, group ``ira-triage``, inbox mode,
 ``triage.batch_size`` events per transaction), closes incidents whose quiet period passed,
 and — with ``triage.noise.enabled`` — supervises the faust noise worker child process.
-``routers`` serves the incidents API.
+Its incidents are read through ``ira.readmodel`` (served by the dashboard role).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from ira.core.envelope import PRODUCTION, Topic, topic_name
 from ira.runtime.wiring import build_consumer
-from ira.triage.api import build_router
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
 from ira.triage.worker import TriageHandler, close_quiet_incidents
 
@@ -77,7 +76,7 @@ class TriageRole:
     name = "triage"
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        return [build_router(platform.settings, platform.db)]
+        return []
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         settings = platform.settings

@@ -33,9 +33,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.alert import AlertEvent, AlertStatus, ChangeEvent, Severity
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
-from ira.core.states import TERMINAL_RUN_STATES
+from ira.core.states import TERMINAL_RUN_STATES, IncidentStatus
 from ira.runtime.store.schema import decisions, runs
-from ira.triage.decide import AlertState, IncidentStatus
+from ira.triage.decide import AlertState
 from ira.triage.tables import alerts, changes, incidents
 
 _TERMINAL = sorted(s.value for s in TERMINAL_RUN_STATES)

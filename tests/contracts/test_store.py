@@ -16,6 +16,7 @@ from ira.core.errors import (
     IllegalTransitionError,
     StaleEpochError,
 )
+from ira.core.events import RunEventType
 from ira.core.ids import new_event_id, new_id
 from ira.core.states import RunState, StepState
 from ira.runtime.store import inbox, runs, steps
@@ -67,9 +68,10 @@ async def test_conflicting_transition_writes_nothing(db: Database) -> None:
     run = await create(db)
     async with db.transaction() as conn:
         await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
-                                          state=RunState.RUNNING, events=(EventDraft(type="RUN_STARTED"),)), at=T0)
+                                          state=RunState.RUNNING,
+                                              events=(EventDraft(type=RunEventType.RUN_STARTED),)), at=T0)
     stale = RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1, state=RunState.CANCELLED,
-                      events=(EventDraft(type="RUN_CANCELLED"),))
+                      events=(EventDraft(type=RunEventType.RUN_CANCELLED),))
     with pytest.raises(ConcurrentUpdateError):
         async with db.transaction() as conn:
             await runs.commit(conn, stale, at=T0)
@@ -93,7 +95,7 @@ async def _write_with_retry(db: Database, run_id: str, writer: int) -> int:
         async with db.reader() as conn:
             current = await runs.get_run(conn, "acme", run_id)
         change = RunCommit(tenant_id="acme", run_id=run_id, expected_version=current.state_version,
-                           events=(EventDraft(type="NOTE", data={"writer": writer}),))
+                           events=(EventDraft(type=RunEventType.AGENT_TURN, data={"writer": writer}),))
         try:
             async with db.transaction() as conn:
                 await runs.commit(conn, change, at=T0)
@@ -109,7 +111,8 @@ async def test_twenty_concurrent_writers_number_events_without_gaps(db: Database
     assert await event_seqs(db, run.run_id) == list(range(1, 22))
     async with db.reader() as conn:
         final = await runs.get_run(conn, "acme", run.run_id)
-        writers = [e.data["writer"] for e in await runs.list_events(conn, "acme", run.run_id) if e.type == "NOTE"]
+        writers = [e.data["writer"] for e in await runs.list_events(conn, "acme",
+            run.run_id) if e.type == RunEventType.AGENT_TURN]
     assert final.state_version == 21 and final.last_seq == 21
     assert sorted(writers) == list(range(20))  # nobody overwrote anybody
     assert all(t >= 1 for t in tries)
@@ -139,7 +142,7 @@ async def test_stale_epoch_commit_is_rejected_after_takeover(db: Database) -> No
     late = RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
                      fence=Fence(step_id="metrics", owner_epoch=old.owner_epoch),
                      steps=(StepChange(step_id="metrics", state=StepState.DONE),),
-                     events=(EventDraft(type="BRANCH_FINISHED"),))
+                     events=(EventDraft(type=RunEventType.BRANCH_FINISHED),))
     with pytest.raises(StaleEpochError):
         async with db.transaction() as conn:
             await runs.commit(conn, late, at=T0)
@@ -160,7 +163,8 @@ async def test_owner_commit_finishes_step_and_releases_it(db: Database) -> None:
                      fence=Fence(step_id="metrics", owner_epoch=claim.owner_epoch),
                      steps=(StepChange(step_id="metrics", state=StepState.DONE, result_ref="sha256:x"),
                             StepChange(step_id="join", state=StepState.READY)),
-                     events=(EventDraft(type="BRANCH_FINISHED"),), outbox=(wakeup("acme", run.run_id, "join"),))
+                     events=(EventDraft(type=RunEventType.BRANCH_FINISHED),), outbox=(wakeup("acme", run.run_id,
+                         "join"),))
     async with db.transaction() as conn:
         after = await runs.commit(conn, done, at=T0)
         metrics = await steps.get_step(conn, "acme", run.run_id, "metrics")
@@ -193,7 +197,7 @@ async def test_inbox_drops_a_duplicate_and_keeps_the_transaction_usable(db: Data
         await inbox.record_inbox(conn, tenant_id="acme", consumer="c", message_id="m1", at=T0)
         with pytest.raises(DuplicateMessageError):
             await inbox.record_inbox(conn, tenant_id="acme", consumer="c", message_id="m1", at=T0)
-        await runs.append_events(conn, "acme", run.run_id, [EventDraft(type="AFTER_DUPLICATE")], at=T0)
+        await runs.append_events(conn, "acme", run.run_id, [EventDraft(type=RunEventType.STEP_READY)], at=T0)
     assert await event_seqs(db, run.run_id) == [1, 2]
     async with db.transaction() as conn:  # another consumer may see the same message
         await inbox.record_inbox(conn, tenant_id="acme", consumer="other", message_id="m1", at=T0)
@@ -216,7 +220,7 @@ async def test_finishing_a_dependency_makes_its_dependent_ready_in_the_same_comm
             tenant_id="acme", run_id=run.run_id, expected_version=1,
             fence=Fence(step_id="metrics", owner_epoch=claim.owner_epoch),
             steps=(StepChange(step_id="metrics", state=StepState.FAILED),),
-            events=(EventDraft(type="BRANCH_FAILED"),)), at=T0)
+            events=(EventDraft(type=RunEventType.BRANCH_FAILED),)), at=T0)
         join = await steps.get_step(conn, "acme", run.run_id, "join")
         log = await runs.list_events(conn, "acme", run.run_id)
         wakeups = (await conn.execute(select(outbox.c.value).order_by(outbox.c.id))).all()

@@ -33,6 +33,7 @@ from ira.core.envelope import Envelope
 from ira.core.ids import new_event_id, new_id
 from ira.core.ports import TicketSystem
 from ira.core.run import Run
+from ira.dashboard.api import build_read_api
 from ira.runtime.bus.inbox import record_inbox_many
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.http import create_app
@@ -175,13 +176,11 @@ def build(db: Database, *, clock: Clock | None = None, tickets: TicketSystem | N
 
 @asynccontextmanager
 async def api(deps: Deps) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(metrics=Metrics(), routers=[build_router(api_settings(), deps, tickets=_builtin(deps))])
+    settings = api_settings()
+    app = create_app(metrics=Metrics(), routers=[build_router(settings, deps), build_read_api(settings, deps.db)])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ira") as client:
         yield client
 
-
-def _builtin(deps: Deps) -> BuiltinTicketSystem:
-    return deps.tickets if isinstance(deps.tickets, BuiltinTicketSystem) else BuiltinTicketSystem(deps.db, deps.clock)
 
 
 def auth(who: str) -> dict[str, str]:

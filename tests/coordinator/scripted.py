@@ -23,6 +23,7 @@ from ira.coordinator.facts import lock_run
 from ira.core.budget import BudgetDimension
 from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.events import RunEventType
 from ira.core.investigation import BranchBinding, BranchKind, BranchResult, Evidence, Hypothesis, StopReason
 from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher, StepHandler
@@ -78,7 +79,7 @@ class ScriptedInvestigators:
             await runs.commit(conn, RunCommit(
                 tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version,
                 fence=Fence(step_id=ctx.claim.step_id, owner_epoch=ctx.claim.owner_epoch),
-                events=(EventDraft(type="PROPOSAL_DENIED", data={
+                events=(EventDraft(type=RunEventType.PROPOSAL_DENIED, data={
                     "step_id": ctx.claim.step_id, "tool": OUTSIDE_TOOL, "reason": "tool not in the branch binding",
                     "allowed": list(binding.tools)}),)), at=self.clock.now())
 
@@ -103,7 +104,8 @@ class ScriptedInvestigators:
                 tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
                 fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
                 steps=(StepChange(step_id=c.step_id, state=state, result_ref=ref.ref),),
-                events=(EventDraft(type="BRANCH_FINISHED", data={"step_id": c.step_id, "state": state.value}),)),
+                events=(EventDraft(type=RunEventType.BRANCH_FINISHED, data={"step_id": c.step_id,
+                    "state": state.value}),)),
                 at=now)
         self.finished.append((c.step_id, c.owner_epoch))
 

@@ -113,12 +113,12 @@ async def test_new_alert_for_the_incident_invalidates_the_pending_approval(db: D
     assert len(await events_of(db, run_id, "ALERT_DELIVERED")) == 1
 
 
-async def test_a_principal_without_the_role_is_refused_and_recorded(db: Database) -> None:
+async def test_a_principal_without_the_role_is_forbidden_and_recorded(db: Database) -> None:
     pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
     async with api(deps) as client:
         answer = await decide(client, approval.approval_id, who="viewer")
     await pump.close()
-    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (409, "role_missing")
+    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (403, "role_missing")
     assert (await approval_of(db, approval.approval_id)).state == ApprovalState.PENDING
     [refused] = await events_of(db, run_id, "APPROVAL_DECISION_REFUSED")
     assert (refused["principal"], refused["code"]) == ("viewer", "role_missing")

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from ira.coordinator import records
-from ira.coordinator.report import Report, TicketDraft
 from ira.core.budget import BudgetDimension
 from ira.core.clock import FrozenClock
 from ira.core.errors import BudgetExhaustedError
+from ira.core.report import Report, TicketDraft
 from ira.core.run import Run
 from ira.core.states import RunState, StepState, WaitKind
 from ira.runtime.scanner import Scanner

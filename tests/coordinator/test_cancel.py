@@ -13,6 +13,7 @@ from ira.coordinator.intake import open_run_for
 from ira.core.clock import FrozenClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.errors import IllegalTransitionError, StaleEpochError
+from ira.core.events import RunEventType
 from ira.core.states import OperationFact, OperationHandling, RunState, StepState
 from ira.runtime.scanner import Scanner
 from ira.runtime.store import runs, steps
@@ -111,4 +112,5 @@ async def _late_commit(db: Database, run_id: str, step_id: str, epoch: int) -> N
         await runs.commit(conn, RunCommit(
             tenant_id="acme", run_id=run_id, expected_version=run.state_version,
             fence=Fence(step_id=step_id, owner_epoch=epoch),
-            steps=(StepChange(step_id=step_id, state=StepState.DONE),), events=(EventDraft(type="LATE"),)), at=T0)
+            steps=(StepChange(step_id=step_id, state=StepState.DONE),),
+                events=(EventDraft(type=RunEventType.BRANCH_FINISHED),)), at=T0)

@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from ira.coordinator.decide import BranchStatus, JoinVerdict, assess_branch, decide_join
-from ira.coordinator.report import AcceptedBranch, MissingBranch, compose_draft, compose_report
+from ira.coordinator.report import AcceptedBranch, compose_draft, compose_report
 from ira.coordinator.verify import verify_run
 from ira.coordinator.workflow import CONTRACT, PolicyAnswer, judge_action
 from ira.core.investigation import BranchKind, BranchResult, Evidence, Hypothesis, StopReason
 from ira.core.operation import Operation
+from ira.core.report import MissingBranch
 from ira.core.run import Step
 from ira.core.states import OperationFact, StepState
 

@@ -24,6 +24,7 @@ from ira.coordinator.worker import CoordinatorWorker
 from ira.core.clock import SystemClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.errors import StaleEpochError
+from ira.core.events import RunEventType
 from ira.core.states import OperationFact, RunState, StepState
 from ira.core.ticket import TicketRequest
 from ira.infra.tansu import EmbeddedKafka
@@ -149,7 +150,7 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
                 tenant_id="acme", run_id=run_id, expected_version=current.state_version,
                 fence=Fence(step_id="create_ticket", owner_epoch=dead_epoch),
                 steps=(StepChange(step_id="create_ticket", state=StepState.DONE),),
-                events=(EventDraft(type="TICKET_CREATED"),)), at=clock.now())
+                events=(EventDraft(type=RunEventType.TICKET_CREATED),)), at=clock.now())
     with pytest.raises(StaleEpochError):
         await builtin.create(TicketRequest(tenant_id="acme", title="late", body="late", severity="critical",
                                            incident_id=d.incident_id), idempotency_key="another-key",

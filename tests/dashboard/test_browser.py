@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 
 from ira.core.commit import EventDraft
+from ira.core.events import RunEventType
 from ira.dashboard.main import role
 from ira.runtime.http import create_app
 from ira.runtime.platform import Platform
@@ -50,7 +51,7 @@ async def test_run_page_follows_new_events_live(browser_page: object, platform: 
         await page.goto(f"{base}/runs/{run.run_id}")  # type: ignore[attr-defined]
         assert await page.locator("#seq-1").count() == 1  # type: ignore[attr-defined]
         async with platform.db.transaction() as conn:
-            await runs.append_events(conn, "demo", run.run_id, [EventDraft(type="BRANCH_FINISHED")],
+            await runs.append_events(conn, "demo", run.run_id, [EventDraft(type=RunEventType.BRANCH_FINISHED)],
                                      at=datetime.now(UTC))
 
         async def shown() -> bool:

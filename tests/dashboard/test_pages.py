@@ -12,6 +12,7 @@ import pytest_asyncio
 from fastapi import APIRouter, Depends
 
 from ira.core.commit import EventDraft
+from ira.core.events import RunEventType
 from ira.dashboard.main import role
 from ira.runtime.auth import SESSION_COOKIE, Principal, csrf_token, principal_for
 from ira.runtime.http import create_app
@@ -78,7 +79,8 @@ async def test_run_page_shows_steps_and_events(client: httpx.AsyncClient, platfo
 async def test_event_stream_resumes_after_last_event_id(client: httpx.AsyncClient, platform: Platform) -> None:
     run_id = await make_run(platform, "demo")
     async with platform.db.transaction() as conn:
-        await runs.append_events(conn, "demo", run_id, [EventDraft(type="A"), EventDraft(type="B")],
+        await runs.append_events(conn, "demo", run_id, [EventDraft(type=RunEventType.STEP_READY),
+            EventDraft(type=RunEventType.AGENT_TURN)],
                                  at=datetime.now(UTC))
     seen: list[tuple[int, str]] = []
 
@@ -90,14 +92,14 @@ async def test_event_stream_resumes_after_last_event_id(client: httpx.AsyncClien
                 if line.startswith("data: "):
                     event = json.loads(line[6:])
                     seen.append((event["run_seq"], event["type"]))
-                    if event["type"] == "C":
+                    if event["type"] == "JOINED":
                         return
 
     reader = asyncio.create_task(read_stream())
     async with platform.db.transaction() as conn:  # committed while the client is connected
-        await runs.append_events(conn, "demo", run_id, [EventDraft(type="C")], at=datetime.now(UTC))
+        await runs.append_events(conn, "demo", run_id, [EventDraft(type=RunEventType.JOINED)], at=datetime.now(UTC))
     await asyncio.wait_for(reader, timeout=10)
-    assert seen == [(2, "A"), (3, "B"), (4, "C")]
+    assert seen == [(2, "STEP_READY"), (3, "AGENT_TURN"), (4, "JOINED")]
 
 
 async def test_another_tenants_stream_is_not_found(client: httpx.AsyncClient, platform: Platform) -> None:

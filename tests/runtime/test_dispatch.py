@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from ira.core.clock import FrozenClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.events import RunEventType
 from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.store import runs, steps
@@ -33,7 +34,7 @@ async def finish(db: Database, ctx: StepContext) -> None:
             tenant_id="acme", run_id=run.run_id, expected_version=run.state_version,
             fence=Fence(step_id="metrics", owner_epoch=ctx.claim.owner_epoch),
             steps=(StepChange(step_id="metrics", state=StepState.DONE),),
-            events=(EventDraft(type="HANDLED"),)), at=T0)
+            events=(EventDraft(type=RunEventType.STEP_READY),)), at=T0)
 
 
 async def step_state(db: Database, run_id: str) -> StepState:

@@ -7,11 +7,11 @@ import pytest
 from fastapi import FastAPI
 
 from ira.core.clock import FrozenClock
+from ira.dashboard.api import build_read_api
 from ira.runtime.http import create_app
 from ira.runtime.settings import Settings
 from ira.runtime.store.database import Database
 from ira.runtime.telemetry import Metrics
-from ira.triage.api import build_router
 from tests.triage.builders import T0, alert, resolved
 from tests.triage.harness import apply, handler, minutes, start_run
 
@@ -27,7 +27,7 @@ def app(db: Database) -> FastAPI:
             {"token": OTHER, "principal": "oz", "roles": ["viewer"], "tenant": "other"},
         ],
     })
-    return create_app(metrics=Metrics(), routers=[build_router(settings, db)])
+    return create_app(metrics=Metrics(), routers=[build_read_api(settings, db)])
 
 
 async def get(app: FastAPI, path: str, token: str | None = ACME) -> httpx.Response:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import EventDraft, Fence, NewRun, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
+from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.plan import newly_ready
 from ira.core.run import Claim, Step
@@ -165,7 +166,8 @@ async def with_promotions(conn: AsyncConnection, change: RunCommit, *, at: datet
         runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id))).scalar_one()
     return change.model_copy(update={
         "steps": (*change.steps, *(StepChange(step_id=s.step_id, state=StepState.READY) for s in ready)),
-        "events": (*change.events, *(EventDraft(type="STEP_READY", data={"step_id": s.step_id}) for s in ready)),
+        "events": (*change.events, *(EventDraft(type=RunEventType.STEP_READY,
+            data={"step_id": s.step_id}) for s in ready)),
         "outbox": (*change.outbox, *(step_wakeup(change.tenant_id, change.run_id, s.step_id, kind=s.kind,
                                                  environment=environment, at=at) for s in ready)),
     })
