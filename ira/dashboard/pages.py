@@ -1,30 +1,28 @@
-"""HTML pages and the login that gives them a session cookie.
+"""HTML pages for the person on call, and the login that gives them a session cookie.
+
+Incident first: every list shows title, service, environment, severity, state, age and the
+ticket. The run page is the decision page while a draft waits for approval: the report with
+its evidence, the draft as it will be filed, and Approve / Reject.
 
 (No ``from __future__ import annotations``: FastAPI must see the local ``Viewer`` alias.)
 """
 
 
-from importlib.resources import files
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.errors import AuthenticationError
-from ira.readmodel import detail, events, runs, work
+from ira.core.errors import AuthenticationError, NotFoundError, PermissionDeniedError
+from ira.core.states import IncidentStatus, RunState, WaitKind
+from ira.dashboard.templating import render_page
+from ira.readmodel import detail, events, incidents, reports, runs, tickets, work
 from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_token, csrf_token, request_token
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import platform_checks, run_checks
 from ira.runtime.settings import Settings
-
-TEMPLATES = Environment(loader=FileSystemLoader(str(files("ira.dashboard") / "templates")),
-                        autoescape=select_autoescape(["html"]))
-
-
-def render(name: str, **context: Any) -> HTMLResponse:
-    return HTMLResponse(TEMPLATES.get_template(name).render(**context))
 
 
 def viewer_for(settings: Settings):  # type: ignore[no-untyped-def]
@@ -39,12 +37,20 @@ def viewer_for(settings: Settings):  # type: ignore[no-untyped-def]
     return viewer
 
 
+def may_decide(viewer: Principal) -> bool:
+    try:
+        viewer.require("approver")
+    except PermissionDeniedError:
+        return False
+    return True
+
+
 def build_login(settings: Settings) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get("/login")
     async def login_form(error: str | None = None) -> HTMLResponse:
-        return render("login.html", error=error)
+        return render_page("login.html", error=error)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
@@ -66,29 +72,64 @@ def build_login(settings: Settings) -> APIRouter:
     return router
 
 
+async def waiting_count(conn: AsyncConnection, tenant_id: str) -> int:
+    return len(await work.open_work_items(conn, tenant_id))
+
+
 def build_pages(platform: Platform) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     Viewer = Annotated[Principal, Depends(viewer_for(platform.settings))]
+    db = platform.db
 
     @router.get("/")
-    async def runs_page(viewer: Viewer, state: str | None = None) -> HTMLResponse:
-        async with platform.db.reader() as conn:
-            listed = await runs.list_runs(conn, viewer.tenant_id, state=state, limit=100)
-        return render("runs.html", viewer=viewer, runs=listed.runs, state=state)
+    async def incidents_page(viewer: Viewer, status: IncidentStatus | None = None) -> HTMLResponse:
+        async with db.reader() as conn:
+            listed = await incidents.list_incidents(conn, viewer.tenant_id, status=status, limit=200)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("incidents.html", viewer=viewer, incidents=listed, status=status, asks=asks, nav="incidents")
+
+    @router.get("/incidents/{incident_id}")
+    async def incident_page(incident_id: str, viewer: Viewer) -> HTMLResponse:
+        async with db.reader() as conn:
+            found = await incidents.incident_detail(conn, viewer.tenant_id, incident_id)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("incident.html", viewer=viewer, incident=found, asks=asks, nav="incidents")
+
+    @router.get("/runs")
+    async def runs_page(viewer: Viewer, state: RunState | None = None) -> HTMLResponse:
+        async with db.reader() as conn:
+            listed = await runs.list_runs(conn, viewer.tenant_id, state=state, limit=200)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("runs.html", viewer=viewer, runs=listed.runs, state=state, asks=asks, nav="runs")
 
     @router.get("/needs-a-human")
     async def needs_a_human(viewer: Viewer) -> HTMLResponse:
-        async with platform.db.reader() as conn:
-            waiting = await runs.list_runs(conn, viewer.tenant_id, state="waiting", limit=100)
+        async with db.reader() as conn:
+            waiting = await runs.list_runs(conn, viewer.tenant_id, state=RunState.WAITING, limit=200)
             items = await work.open_work_items(conn, viewer.tenant_id)
-        return render("needs_a_human.html", viewer=viewer, runs=waiting.runs, items=items)
+        approvals = [r for r in waiting.runs if r.wait_kind == WaitKind.APPROVAL]
+        others = [r for r in waiting.runs if r.wait_kind != WaitKind.APPROVAL]
+        return render_page("needs_a_human.html", viewer=viewer, approvals=approvals, others=others, items=items,
+                           asks=len(items), nav="needs")
+
+    @router.get("/tickets")
+    async def tickets_page(viewer: Viewer) -> HTMLResponse:
+        async with db.reader() as conn:
+            listed = await tickets.list_tickets(conn, viewer.tenant_id, limit=200)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("tickets.html", viewer=viewer, tickets=listed.tickets, asks=asks, nav="tickets")
 
     @router.get("/runs/{run_id}")
     async def run_page(run_id: str, request: Request, viewer: Viewer) -> HTMLResponse:
-        async with platform.db.reader() as conn:
+        async with db.reader() as conn:
             run = await detail.run_detail(conn, viewer.tenant_id, run_id)
             log = await events.list_events(conn, viewer.tenant_id, run_id)
-        return render("run.html", viewer=viewer, run=run, events=log.events, csrf=csrf_token(request_token(request)))
+            report = await _or_none(reports.report_view(conn, viewer.tenant_id, run_id))
+            draft = await _or_none(reports.draft_view(conn, viewer.tenant_id, run_id))
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("run.html", viewer=viewer, run=run, events=log.events, report=report, draft=draft,
+                           may_decide=may_decide(viewer), csrf=csrf_token(request_token(request)), asks=asks,
+                           nav="runs")
 
     @router.get("/health")
     async def health(viewer: Viewer) -> HTMLResponse:
@@ -96,6 +137,17 @@ def build_pages(platform: Platform) -> APIRouter:
         failing = await run_checks(checks)
         metrics = [line for line in platform.metrics.render().decode().splitlines()
                    if line.startswith("ira_") and "_created" not in line]
-        return render("health.html", viewer=viewer, failing=failing, checks=sorted(checks), metrics=metrics)
+        async with db.reader() as conn:
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("health.html", viewer=viewer, failing=failing, checks=sorted(checks), metrics=metrics,
+                           asks=asks, nav="health")
 
     return router
+
+
+async def _or_none(read):  # type: ignore[no-untyped-def]
+    """The view, or None where it does not exist yet (no report before synthesis)."""
+    try:
+        return await read
+    except NotFoundError:
+        return None

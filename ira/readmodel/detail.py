@@ -72,6 +72,9 @@ class OperationView(Model):
     updated_at: datetime
 
 
+NO_CHANNEL = "no channel configured"
+
+
 class DeliveryView(Model):
     notification_id: str
     channel: str
@@ -80,6 +83,18 @@ class DeliveryView(Model):
     receipts: list[dict[str, Any]]
     created_at: datetime
     updated_at: datetime
+    status: str = ""
+    """For people: the state, or ``not configured`` when no channel exists (nothing was sent,
+    which a development setup should not read as a failure)."""
+    reason: str | None = None
+    """The latest receipt's reason or error, if it gave one."""
+
+
+def delivery_view(row: Any) -> DeliveryView:
+    last = (row.receipts or [{}])[-1].get("detail") or {}
+    reason = last.get("reason") or last.get("error")
+    status = "not configured" if reason == NO_CHANNEL else str(row.state)
+    return view_of(DeliveryView, row, status=status, reason=reason)
 
 
 class WorkItemView(Model):
@@ -136,16 +151,21 @@ async def run_detail(conn: AsyncConnection, tenant_id: str, run_id: str) -> RunD
         approvals=await _of(conn, ApprovalView, approvals, tenant_id, run_id, approvals.c.created_at),
         operations=await _of(conn, OperationView, operations, tenant_id, run_id, operations.c.created_at),
         budget=root, budget_slices=slices,
-        deliveries=await _of(conn, DeliveryView, deliveries, tenant_id, run_id, deliveries.c.created_at),
+        deliveries=tuple(delivery_view(r) for r in await _rows(conn, deliveries, tenant_id, run_id,
+                                                                   deliveries.c.created_at)),
         work_items=await _of(conn, WorkItemView, work_items, tenant_id, run_id, work_items.c.created_at),
         drafts=await _of(conn, DraftVersion, ticket_drafts, tenant_id, run_id, ticket_drafts.c.version))
 
 
-async def _of(conn: AsyncConnection, model: Any, table: Any, tenant_id: str, run_id: str, order: Any) -> tuple[Any,
-    ...]:
-    rows = await conn.execute(select(table).where(table.c.tenant_id == tenant_id, table.c.run_id == run_id)
-                              .order_by(order))
-    return tuple(view_of(model, r) for r in rows)
+async def _rows(conn: AsyncConnection, table: Any, tenant_id: str, run_id: str, order: Any) -> list[Any]:
+    return list(await conn.execute(select(table).where(table.c.tenant_id == tenant_id, table.c.run_id == run_id)
+                                   .order_by(order)))
+
+
+async def _of(
+    conn: AsyncConnection, model: Any, table: Any, tenant_id: str, run_id: str, order: Any,
+) -> tuple[Any, ...]:
+    return tuple(view_of(model, r) for r in await _rows(conn, table, tenant_id, run_id, order))
 
 
 async def _steps(conn: AsyncConnection, tenant_id: str, run_id: str) -> tuple[StepView, ...]:

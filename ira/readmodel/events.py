@@ -8,7 +8,7 @@ the same words.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,12 @@ def _get(data: Mapping[str, Any], key: str, default: str = "?") -> str:
     return default if value is None else str(value)
 
 
+def _keys(tickets: object) -> list[str]:
+    """Ticket keys from ``{operation kind: key}`` (or a plain list)."""
+    values = tickets.values() if isinstance(tickets, Mapping) else tickets
+    return [str(v) for v in values if v] if isinstance(values, Iterable) else []
+
+
 def _turn(d: Mapping[str, Any]) -> str:
     head = f"{_get(d, 'step_id')} turn {_get(d, 'turn')}: "
     if not d.get("tool"):
@@ -53,7 +59,8 @@ _Sentence = Callable[[Mapping[str, Any]], str]
 SENTENCES: dict[E, _Sentence] = {
     E.RUN_CREATED: lambda d: f"Run created for incident {_get(d, 'incident_id')}.",
     E.RUN_STARTED: lambda d: "Investigation started: metrics, logs and runbooks branches.",
-    E.RUN_COMPLETED: lambda d: "Run completed" + (f": tickets {', '.join(d['tickets'])}." if d.get("tickets") else "."),
+    E.RUN_COMPLETED: lambda d: "Run completed" + (f": ticket {', '.join(_keys(d['tickets']))}." if d.get("tickets")
+                                                   else "."),
     E.RUN_FAILED: lambda d: f"Run failed: {_get(d, 'outcome')}.",
     E.RUN_CANCELLED: lambda d: f"Run cancelled by {_get(d, 'by', 'the platform')}"
                                + (f": “{d['reason']}”." if d.get("reason") else f" ({_get(d, 'outcome')})."),

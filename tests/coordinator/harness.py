@@ -182,7 +182,6 @@ async def api(deps: Deps) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-
 def auth(who: str) -> dict[str, str]:
     return {"authorization": f"Bearer {TOKENS[who]}"}
 

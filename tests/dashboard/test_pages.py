@@ -62,7 +62,7 @@ async def test_pages_need_a_login(client: httpx.AsyncClient) -> None:
 async def test_runs_page_lists_only_the_viewers_tenant(client: httpx.AsyncClient, platform: Platform) -> None:
     mine, theirs = await make_run(platform, "demo"), await make_run(platform, "globex")
     await login(client)
-    page = (await client.get("/")).text
+    page = (await client.get("/runs")).text
     assert mine in page and theirs not in page
     assert (await client.get(f"/runs/{theirs}")).status_code == 404
 

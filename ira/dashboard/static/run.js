@@ -1,55 +1,113 @@
-// Follows the run's event log over SSE and sends approval decisions through the public API.
+// The run page: follows the run's event log over SSE, refreshes the state sections in place
+// (no page reload), and sends a decision through the public API after a confirmation.
 (function () {
   const list = document.getElementById("events");
   if (!list) return;
   const runId = list.dataset.run;
   const live = document.getElementById("live");
   const source = new EventSource(`/v1/runs/${encodeURIComponent(runId)}/events/stream?after=${list.dataset.after}`);
-  let reloadSoon = null;
+  let refreshSoon = null;
+
+  function eventItem(event) {
+    const item = document.createElement("li");
+    item.id = `seq-${event.run_seq}`;
+    item.className = "fresh";
+    const seq = Object.assign(document.createElement("span"), { className: "seq", textContent: event.run_seq });
+    const text = Object.assign(document.createElement("span"), { className: "text", textContent: `${event.text} ` });
+    text.append(Object.assign(document.createElement("span"), { className: "type", textContent: event.type }));
+    const at = document.createElement("time");
+    at.setAttribute("datetime", event.at);
+    at.setAttribute("data-ago", "");
+    at.title = event.at;
+    const details = document.createElement("details");
+    details.append(Object.assign(document.createElement("summary"), { textContent: "data" }),
+                   Object.assign(document.createElement("pre"), { textContent: JSON.stringify(event.data, null, 2) }));
+    text.append(" ", details);
+    item.append(seq, text, at);
+    return item;
+  }
+
+  function busy() {
+    const reason = document.getElementById("reason");
+    const dialog = document.getElementById("confirm");
+    return (reason && (reason.value || document.activeElement === reason)) || (dialog && dialog.open);
+  }
+
+  // Fetch this page again and swap every [data-live] section whose content changed.
+  async function refresh() {
+    if (busy()) { refreshSoon = setTimeout(refresh, 2000); return; }
+    const response = await fetch(location.pathname, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    fresh.querySelectorAll("[data-live][id]").forEach((section) => {
+      const current = document.getElementById(section.id);
+      if (current && current.innerHTML !== section.innerHTML) current.replaceWith(document.adoptNode(section));
+      else if (!current && section.id === "decision") document.getElementById("run-head").after(document.adoptNode(section));
+    });
+    bindDecision();
+    if (window.IRA_TICK) window.IRA_TICK();
+  }
 
   source.addEventListener("run-event", (message) => {
     const event = JSON.parse(message.data);
     if (document.getElementById(`seq-${event.run_seq}`)) return;
-    const item = document.createElement("li");
-    item.id = `seq-${event.run_seq}`;
-    const seq = document.createElement("span");
-    seq.className = "seq";
-    seq.textContent = event.run_seq;
-    const type = document.createElement("strong");
-    type.textContent = event.type;
-    const at = document.createElement("time");
-    at.textContent = event.at;
-    const data = document.createElement("code");
-    data.textContent = JSON.stringify(event.data);
-    item.append(seq, " ", type, " ", at, " ", data);
-    list.append(item);
-    // State tables are server-rendered: refresh them once the burst of events settles.
-    clearTimeout(reloadSoon);
-    reloadSoon = setTimeout(() => location.reload(), 1500);
+    list.append(eventItem(event));
+    list.dataset.after = event.run_seq;
+    clearTimeout(refreshSoon);
+    refreshSoon = setTimeout(refresh, 400);
   });
   source.onopen = () => { live.textContent = "live"; live.className = ""; };
   source.onerror = () => { live.textContent = "reconnecting…"; live.className = "warn"; };
 
-  document.querySelectorAll("section.approval button").forEach((button) => {
-    button.addEventListener("click", async () => {
-      const card = button.closest("section.approval");
-      const result = card.querySelector(".result");
-      card.querySelectorAll("button").forEach((b) => (b.disabled = true));
-      const response = await fetch(`/v1/approvals/${encodeURIComponent(card.dataset.approval)}/decision`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },
-        body: JSON.stringify({ decision: button.dataset.decision, reason: "decided on the dashboard" }),
-      });
-      const body = await response.json().catch(() => ({}));
-      if (response.ok) {
-        result.textContent = `Recorded: ${body.state || button.dataset.decision}`;
-      } else {
-        const error = (body.errors && body.errors[0]) || {};
-        result.textContent = `Not applied (${error.code || response.status}): ${error.message || ""}`;
-        result.className = "result error";
-        card.querySelectorAll("button").forEach((b) => (b.disabled = false));
-      }
+  function confirmDecision(decision, reason) {
+    const dialog = document.getElementById("confirm");
+    const title = decision === "approve" ? "File this ticket?" : "Reject this draft?";
+    const text = decision === "approve"
+      ? "ira will create the ticket exactly as shown, once."
+      : "The run ends without a ticket.";
+    document.getElementById("confirm-title").textContent = title;
+    document.getElementById("confirm-text").textContent = reason ? `${text} Reason: “${reason}”` : text;
+    return new Promise((resolve) => {
+      const yes = document.getElementById("confirm-yes"), no = document.getElementById("confirm-no");
+      const done = (answer) => { dialog.close(); yes.onclick = no.onclick = null; resolve(answer); };
+      yes.onclick = () => done(true);
+      no.onclick = () => done(false);
+      dialog.oncancel = () => done(false);
+      dialog.showModal();
     });
-  });
+  }
+
+  function bindDecision() {
+    const card = document.querySelector("#decision[data-approval]");
+    if (!card || card.dataset.bound) return;
+    card.dataset.bound = "1";
+    card.querySelectorAll("button[data-decision]").forEach((button) => {
+      button.addEventListener("click", async () => {
+        const result = card.querySelector(".result");
+        const reason = (document.getElementById("reason").value || "").trim();
+        if (!(await confirmDecision(button.dataset.decision, reason))) return;
+        card.querySelectorAll("button[data-decision]").forEach((b) => (b.disabled = true));
+        result.className = "result";
+        result.textContent = "Recording…";
+        const response = await fetch(`/v1/approvals/${encodeURIComponent(card.dataset.approval)}/decision`, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },
+          body: JSON.stringify({ decision: button.dataset.decision, reason: reason || null }),
+        });
+        const body = await response.json().catch(() => ({}));
+        if (response.ok) {
+          result.textContent = `Recorded: ${body.state || button.dataset.decision}`;
+          document.getElementById("reason").value = "";
+          setTimeout(refresh, 300);
+        } else {
+          const error = (body.errors && body.errors[0]) || {};
+          result.textContent = `Not applied (${error.code || response.status}): ${error.message || ""}`;
+          result.className = "result error";
+          card.querySelectorAll("button[data-decision]").forEach((b) => (b.disabled = false));
+        }
+      });
+    });
+  }
+  bindDecision();
 })();
