@@ -15,6 +15,7 @@ SYSTEM = "builtin"
 
 
 class TicketView(Model):
+    tenant_id: str
     key: str
     """``INC-12``."""
     idempotency_key: str

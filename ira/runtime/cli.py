@@ -17,13 +17,13 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ira.core.errors import ConfigError
+from ira.runtime.devstart import port_hint, port_in_use
 from ira.runtime.settings import DEFAULT_CONFIG_FILE, Settings, load_settings, render_config_template
 
 app = typer.Typer(help="ira: alerts in, durable investigations, approved tickets out.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-
 
 
 def say(message: str) -> None:
@@ -39,7 +39,7 @@ def settings_or_exit() -> Settings:
 
 
 def _config_exit(exc: ConfigError) -> NoReturn:
-    print(f"ira: invalid config: {exc.key}: {exc.message}", file=sys.stderr)
+    print(f"ira: invalid config: {exc.message}", file=sys.stderr)  # the message starts with the key
     raise typer.Exit(2) from exc
 
 
@@ -56,11 +56,17 @@ def run(coro: Coroutine[Any, Any, int | None]) -> NoReturn:
 def dev(live: Annotated[bool, typer.Option(help="Also start the live demo (needs prometheus/alertmanager).")]
         = False,
         demo: Annotated[bool, typer.Option(help="Play the bundled incident once ready (what `make run` does).")]
-        = False) -> None:
+        = False,
+        fresh: Annotated[bool, typer.Option(help="Delete the data directory (IRA_DATA_DIR, .ira/) first: "
+                                                 "a new database, so the demo runs again.")] = False) -> None:
     """Everything in one process on the embedded stack (Tansu broker, Redis, SQLite)."""
+    settings = settings_or_exit()
+    if port_in_use(settings.http.host, settings.http.port):  # before the heavy imports and any service
+        print(port_hint(settings.http.host, settings.http.port), file=sys.stderr)
+        raise typer.Exit(1)
     from ira.runtime.process import run_dev
 
-    run(run_dev(settings_or_exit(), say=say, live=live, demo=demo))
+    run(run_dev(settings, say=say, live=live, demo=demo, fresh=fresh))
 
 
 @app.command("demo")

@@ -96,10 +96,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
+class TextFormatter(logging.Formatter):
+    """``15:04:05 WARNING ira.triage: message`` for a person at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        at = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
+        line = f"{at} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if record.exc_info or record.exc_text:
+            line += "\n" + (record.exc_text or self.formatException(record.exc_info))  # type: ignore[arg-type]
+        return line
+
+
+def is_text(log_format: str, stream: TextIO) -> bool:
+    """``auto`` is text exactly when a person reads the stream (a terminal)."""
+    return log_format == "text" or (log_format == "auto" and stream.isatty())
+
+
 def configure_logging(
-    level: str | int = "INFO", *, secrets: Iterable[str] = (), stream: TextIO | None = None
+    level: str | int = "INFO", *, secrets: Iterable[str] = (), stream: TextIO | None = None, log_format: str = "json",
 ) -> logging.Handler:
-    """Send every log record to ``stream`` (stderr) as JSON, masking ``secrets``.
+    """Send every log record to ``stream`` (stderr), masking ``secrets``: JSON lines, or for a
+    person at a terminal short text lines of warnings and errors only (the quiet default of
+    ``ira dev``; ``IRA_LOG_FORMAT=json`` shows everything at ``log_level``).
 
     Replaces a handler installed by an earlier call but leaves foreign handlers (pytest's
     capture, for one) alone. Returns the handler so a caller can remove it again.
@@ -107,12 +125,15 @@ def configure_logging(
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
         root.removeHandler(old)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    stream = stream or sys.stderr
+    text = is_text(log_format, stream)
+    handler = logging.StreamHandler(stream)
     handler.set_name(HANDLER_NAME)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if text else JsonFormatter())
     handler.addFilter(SecretFilter(secrets))
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(max(logging.getLevelName(level) if isinstance(level, str) else level, logging.WARNING)
+                  if text else level)
     return handler
 
 

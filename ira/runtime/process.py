@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 
 from ira.core.errors import ConfigError
+from ira.runtime.devstart import clear_data_dir, port_hint, port_in_use, ready_block
 from ira.runtime.logs import configure_logging
-from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, kafka_check, redis_check, run_checks
+from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, kafka_check, redis_check, run_checks
 from ira.runtime.role import Role, load_roles
 from ira.runtime.settings import Settings
 from ira.runtime.stack import open_platform
@@ -21,13 +24,21 @@ Say = Callable[[str], None]
 GATEWAY = "gateway"
 
 
-async def run_dev(settings: Settings, *, say: Say, live: bool = False, demo: bool = False) -> int:
+async def run_dev(
+    settings: Settings, *, say: Say, live: bool = False, demo: bool = False, fresh: bool = False,
+) -> int:
     """``ira dev``: every role, the HTTP app and the embedded services in one process.
 
     ``demo`` binds the investigators to the bundled incident's recording and plays its source
-    events once ira is ready: a complete run to watch without any outside system.
+    events once ira is ready: a complete run to watch without any outside system. ``fresh``
+    deletes the data directory first. A taken HTTP port is found before anything starts.
     """
-    configure_logging(settings.log_level, secrets=settings.secret_values())
+    configure_logging(settings.log_level, secrets=settings.secret_values(), log_format=settings.log_format)
+    if port_in_use(settings.http.host, settings.http.port):
+        print(port_hint(settings.http.host, settings.http.port), file=sys.stderr)
+        return 1
+    if fresh and (cleared := clear_data_dir(settings)) is not None:
+        say(f"fresh     deleted {cleared}")
     if demo:
         settings = with_demo_recording(settings)
     tracer = setup_tracing(settings)
@@ -38,8 +49,8 @@ async def run_dev(settings: Settings, *, say: Say, live: bool = False, demo: boo
     background: set[asyncio.Task[object]] = set()
 
     def on_ready() -> None:
-        say(f"ready     {url}  (roles: {', '.join(r.name for r in roles)}; Ctrl-C to stop)")
-        say(f"dashboard {url}/login  (development token: dev-admin-token)")
+        say(f"ready     {url}  (roles: {', '.join(r.name for r in roles)})")
+        say(ready_block(settings, url=url, demo=demo))
         if demo:
             background.add(asyncio.create_task(play_demo(settings, url=url, speedup=30.0, say=say)))
 
@@ -100,22 +111,27 @@ async def play_demo(settings: Settings, *, url: str, speedup: float, say: Say) -
     import httpx
 
     from ira.infra.demo.bundle import load_bundle
+    from ira.infra.demo.outcome import explain_demo
     from ira.infra.demo.play import play_bundle
 
     bundle = load_bundle()
     say(f"demo      playing {bundle.info.bundle_id}: {bundle.info.description}")
+    since = datetime.now(UTC)
+    token = next((t.token.get_secret_value() for t in settings.api_tokens), "")
     try:
         accepted = await play_bundle(bundle, base_url=url, settings=settings, speedup=speedup, say=say)
+        say(f"demo      {len(accepted)} events accepted")
+        async with httpx.AsyncClient(base_url=url, timeout=10, headers={"authorization": f"Bearer {token}"}) as api:
+            await explain_demo(api, url=url, since=since, say=say)
     except (httpx.HTTPError, ValueError) as exc:
         say(f"demo      could not play the bundle: {exc}")
         return 1
-    say(f"demo      {len(accepted)} events accepted; watch the run at {url}/ (it will wait for your approval)")
     return 0
 
 
 async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:
     """``ira worker --role``: one role's loop (or the gateway's HTTP) against external services."""
-    configure_logging(settings.log_level, secrets=settings.secret_values())
+    configure_logging(settings.log_level, secrets=settings.secret_values(), log_format=settings.log_format)
     roles = load_roles()
     if role_name != GATEWAY and role_name not in roles:
         raise ConfigError("role", f"unknown role {role_name!r}; known: {', '.join([GATEWAY, *roles])}")
@@ -149,7 +165,7 @@ async def run_doctor(settings: Settings, *, say: Say) -> int:
     from redis.asyncio import Redis
 
     db = Database.create(settings.database_url)
-    checks = {"database": _database_check(db)}
+    checks: dict[str, ReadinessCheck] = {"database": db.ping}
     redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
     if redis is not None:
         checks["redis"] = redis_check(redis)
@@ -158,6 +174,8 @@ async def run_doctor(settings: Settings, *, say: Say) -> int:
     failing = await run_checks(checks, timeout=DEFAULT_CHECK_TIMEOUT)
     for name in checks:
         say(f"{name:9} {'FAIL ' + failing[name] if name in failing else 'ok'}")
+    if "database" not in failing:
+        say(await _schema_line(db))
     if redis is None:
         say("redis     embedded (started by `ira dev`)")
     if not settings.kafka_bootstrap:
@@ -169,11 +187,11 @@ async def run_doctor(settings: Settings, *, say: Say) -> int:
     return 1 if failing else 0
 
 
-def _database_check(db: Database):  # type: ignore[no-untyped-def]
-    async def check() -> None:
-        await db.ping()
-        missing = await pending(db)
-        if missing:
-            raise ConfigError("database_url", f"{len(missing)} migration(s) pending: run `ira db upgrade`")
-
-    return check
+async def _schema_line(db: Database) -> str:
+    """Pending migrations are not a failure: ``ira dev`` applies them when it starts (a worker
+    needs ``ira db upgrade`` first, and says so)."""
+    missing = await pending(db)
+    if not missing:
+        return "schema    current"
+    return (f"schema    {len(missing)} migration(s) to apply: `ira dev` applies them on start; "
+            "for `ira worker` run `ira db upgrade` first")

@@ -78,7 +78,8 @@ def build_consumer(
         topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
         dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
         settings=ConsumerSettings(session_timeout=session, batch_size=batch_size), batch_hooks=batch_hooks,
-        on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome))
+        on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome),
+        on_lag=lambda lags: set_lag(platform.metrics, name, lags))
     built.append(runner)
     return runner
 
@@ -106,5 +107,10 @@ def observe_outcome(metrics: Metrics, runner: ConsumerRunner, outcome: RecordOut
         metrics.dlq.labels(consumer=name, reason=outcome.error_code or "unknown").inc()
     if outcome.error_code in _CONFLICT_CODES:
         metrics.conflicts.labels(kind=_CONFLICT_CODES[outcome.error_code]).inc()
-    for (topic, partition), lag in runner.lag().items():
-        metrics.consumer_lag.labels(consumer=name, topic=topic, partition=str(partition)).set(lag)
+    set_lag(metrics, name, runner.lag())
+
+
+def set_lag(metrics: Metrics, consumer: str, lags: Mapping[tuple[str, int], int]) -> None:
+    """The lag gauges of one consumer: refreshed on outcomes and after every fetch round."""
+    for (topic, partition), lag in lags.items():
+        metrics.consumer_lag.labels(consumer=consumer, topic=topic, partition=str(partition)).set(lag)

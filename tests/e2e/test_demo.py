@@ -52,8 +52,41 @@ async def test_ira_dev_demo_plays_the_bundle_to_an_approved_ticket(tmp_path: Pat
             assert "order-service" in tickets[0]["title"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
+        shown = (tmp_path / "dev.log").read_text()
+        assert "log in with the token dev-admin-token" in shown and "ira dev --fresh" in shown
+        assert "demo      run started:" in shown
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         log.close()
+
+
+async def play_demo_once(tmp_path: Path, env: dict[str, str], out: Path) -> None:
+    """``ira dev --demo`` until it says what became of the demo, then Ctrl-C."""
+    with out.open("w") as log:
+        proc = subprocess.Popen([ira_command(), "dev", "--demo"], cwd=tmp_path, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            def told() -> bool:
+                assert proc.poll() is None, out.read_text()[-3000:]
+                return "demo      run started:" in out.read_text() or "already ran" in out.read_text()
+
+            await eventually(told, timeout=120, interval=0.5, message=f"{out.name}: the demo says what happened")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+async def test_a_second_demo_on_the_same_data_says_it_already_ran(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRA_")}
+    env.update(IRA_DATA_DIR=str(tmp_path / "data"), IRA_HTTP_PORT=str(free_port()))
+    await play_demo_once(tmp_path, env, tmp_path / "first.log")
+    await play_demo_once(tmp_path, env, tmp_path / "second.log")
+    assert "demo      run started:" in (tmp_path / "first.log").read_text()
+    second = (tmp_path / "second.log").read_text()
+    assert "the demo incident is already open: the replayed alert went to its run" in second  # it still waits
+    assert "rm -rf .ira" in second and "run started" not in second

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -47,11 +48,32 @@ async def test_ira_dev_gets_ready_and_sigint_leaves_no_child(tmp_path: Path) -> 
         log.close()
 
 
-def test_invalid_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
+def test_invalid_config_exits_non_zero_naming_the_key_once(tmp_path: Path) -> None:
     result = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                             env=env_for(tmp_path, IRA_HTTP_PORT="notaport"))
     assert result.returncode == 2
-    assert "http.port" in result.stderr
+    assert result.stderr.count("http.port") == 1 and "IRA_HTTP_PORT" in result.stderr
+
+
+def test_a_taken_port_exits_1_with_a_hint_before_starting_anything(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([ira_command(), "dev", "--demo"], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=60, env=env_for(tmp_path, IRA_HTTP_PORT=str(port)))
+    assert result.returncode == 1
+    assert f"127.0.0.1:{port} is already in use" in result.stderr and f"IRA_HTTP_PORT={port + 1}" in result.stderr
+    assert not (tmp_path / "data").exists(), "no broker, Redis or database was started"
+
+
+def test_init_then_doctor_reports_no_failure_for_a_database_dev_would_migrate(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    assert subprocess.run([ira_command(), "init"], cwd=tmp_path, timeout=60, env=env).returncode == 0
+    doctor = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert doctor.returncode == 0 and "FAIL" not in doctor.stdout, doctor.stdout
+    assert "to apply: `ira dev` applies them" in doctor.stdout
 
 
 def test_invalid_yaml_value_names_its_key(tmp_path: Path) -> None:
@@ -82,10 +104,11 @@ def test_db_upgrade_then_doctor_reports_a_current_schema(tmp_path: Path) -> None
     env = env_for(tmp_path)
     before = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                             env=env)
-    assert before.returncode == 1 and "pending" in before.stdout
+    assert before.returncode == 0 and "migration(s) to apply" in before.stdout
     upgraded = subprocess.run([ira_command(), "db", "upgrade"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=60, env=env)
     assert upgraded.returncode == 0, upgraded.stderr
     after = subprocess.run([ira_command(), "doctor"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                            env=env)
     assert after.returncode == 0 and "database  ok" in after.stdout, after.stdout + after.stderr
+    assert "schema    current" in after.stdout

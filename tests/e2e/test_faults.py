@@ -139,7 +139,7 @@ async def test_broker_restart_loses_topics_and_the_scanner_rewakes_the_step_once
                     tenant_id="acme", run_id=ctx.claim.run_id, expected_version=current.state_version,
                     fence=Fence(step_id="metrics", owner_epoch=ctx.claim.owner_epoch),
                     steps=(StepChange(step_id="metrics", state=StepState.DONE),),
-                    events=(EventDraft(type=RunEventType.STEP_READY),)), at=clock.now())
+                    events=(EventDraft(type=RunEventType.AGENT_TURN),)), at=clock.now())
 
         dispatcher = StepDispatcher(db=db, clock=clock, handlers={"metrics": handler}, owner="w")
         topics = _Topics(private_kafka.bootstrap)
@@ -159,7 +159,7 @@ async def test_broker_restart_loses_topics_and_the_scanner_rewakes_the_step_once
                 await eventually(lambda: scanner.passes >= passes + 5, timeout=20, message="five more passes")
     assert runs_of_handler == [1]
     async with db.reader() as conn:
-        handled = [e for e in await runs.list_events(conn, "acme", new.run_id) if e.type == RunEventType.STEP_READY]
+        handled = [e for e in await runs.list_events(conn, "acme", new.run_id) if e.type == RunEventType.AGENT_TURN]
     assert len(handled) == 1
     await db.close()
 

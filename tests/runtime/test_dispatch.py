@@ -34,7 +34,7 @@ async def finish(db: Database, ctx: StepContext) -> None:
             tenant_id="acme", run_id=run.run_id, expected_version=run.state_version,
             fence=Fence(step_id="metrics", owner_epoch=ctx.claim.owner_epoch),
             steps=(StepChange(step_id="metrics", state=StepState.DONE),),
-            events=(EventDraft(type=RunEventType.STEP_READY),)), at=T0)
+            events=(EventDraft(type=RunEventType.AGENT_TURN),)), at=T0)
 
 
 async def step_state(db: Database, run_id: str) -> StepState:

@@ -81,6 +81,33 @@ def test_secrets_are_masked_in_messages_extras_and_tracebacks(log_stream: io.Str
     assert "ValueError: bad signature for ***" in str(failure["exception"])
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("log_format", "stream", "text"), [
+    ("auto", Terminal(), True), ("auto", io.StringIO(), False), ("json", Terminal(), False),
+    ("text", io.StringIO(), True)])
+def test_a_terminal_gets_quiet_text_lines_and_anything_else_json(
+    log_format: str, stream: io.StringIO, text: bool,
+) -> None:
+    root = logging.getLogger()
+    level = root.level
+    handler = configure_logging("INFO", secrets=["s3cret-value"], stream=stream, log_format=log_format)
+    try:
+        logging.getLogger("ira.test").info("started")
+        logging.getLogger("ira.test").warning("disk at %d%% with s3cret-value", 91)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    shown = stream.getvalue().splitlines()
+    if text:  # warnings and worse only, one readable line each, secrets masked
+        assert len(shown) == 1 and shown[0].endswith("WARNING ira.test: disk at 91% with ***")
+    else:
+        assert [json.loads(line)["message"] for line in shown] == ["started", "disk at 91% with ***"]
+
+
 def test_each_metrics_object_has_its_own_registry() -> None:
     first, second = Metrics(), Metrics()
     first.claims.labels(result="won").inc()

@@ -61,6 +61,9 @@ async def test_consumer_outcomes_relay_and_claims_show_on_metrics(platform: Plat
         await eventually(lambda: metric(platform, "ira_relay_published_total") >= 1, timeout=20)
         assert metric(platform, 'ira_messages_handled_total{consumer="probe"}') == 1
         assert 'ira_consumer_lag_messages{consumer="probe"' in platform.metrics.render().decode()
+        # idle now: the lag gauge goes back to 0 once the last records are committed
+        await eventually(lambda: consumer.stats.committed and all(v == 0 for v in consumer.lag().values())
+                         and metric(platform, 'ira_consumer_lag_messages{consumer="probe"') == 0, timeout=20)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=20)

@@ -110,6 +110,7 @@ class ConsumerRunner:
         clock: Clock | None = None,
         tracer: Tracer | None = None,
         on_outcome: Callable[[RecordOutcome], None] | None = None,
+        on_lag: Callable[[dict[tuple[str, int], int]], None] | None = None,
         batch_hooks: BatchHooks | None = None,
     ) -> None:
         if inbox and db is None:
@@ -121,6 +122,7 @@ class ConsumerRunner:
         self._applier = None if db is None or not inbox else InboxApplier(
             db, consumer=name, handler=cast(InboxHandler, handler), clock=clock or SystemClock(), span=self._span,
             hooks=batch_hooks)
+        self._on_lag = on_lag
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -133,6 +135,8 @@ class ConsumerRunner:
                     await self._commit(consumer, tp, await self._process_partition(records, stop))
                     if stop.is_set():
                         break
+                if self._on_lag is not None:  # after the commits, and on idle rounds: an idle partition reads 0
+                    self._on_lag(self.lag())
         finally:
             self._consumer = None
             await consumer.stop()  # leaves the group, so its partitions move on at once
@@ -145,7 +149,8 @@ class ConsumerRunner:
         for tp in consumer.assignment():
             high, key = consumer.highwater(tp), (tp.topic, tp.partition)
             if high is not None:
-                lags[key] = max(0, high - self.stats.committed.get(key, 0))
+                # a partition we never had to commit on was fetched to its end: nothing behind
+                lags[key] = max(0, high - self.stats.committed.get(key, high))
         return lags
 
     async def _start_consumer(self) -> AIOKafkaConsumer:

@@ -22,6 +22,7 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_DATA_DIR": "data_dir",
     "IRA_ENV": "environment",
     "IRA_LOG_LEVEL": "log_level",
+    "IRA_LOG_FORMAT": "log_format",
     "IRA_HTTP_HOST": "http.host",
     "IRA_HTTP_PORT": "http.port",
     "IRA_DATABASE_URL": "database_url",

@@ -169,6 +169,8 @@ class Settings(Section):
     environment: Literal["prod", "staging"] = "prod"
     data_dir: Path = Path(".ira")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "text"] = "auto"
+    """``auto``: short text lines (warnings and errors only) on a terminal, JSON otherwise."""
     http: HttpSettings = HttpSettings()
     database_url: str
     """Defaults to ``sqlite:///<data_dir>/ira.db``."""
