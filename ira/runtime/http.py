@@ -58,6 +58,7 @@ from ira.core.errors import (
     PlatformError,
     TransientError,
 )
+from ira.runtime.apidocs import install_docs
 from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
 from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
 
@@ -104,12 +105,14 @@ class Lane:
 
     ``route`` is a path template whose ``{name}`` segments match one non-empty path segment
     each; the lane's ``app`` finds them in ``scope["path_params"]``. Another method on the
-    route is answered 405 by the LanedApp. Lanes are not listed in ``/docs``.
+    route is answered 405 by the LanedApp. ``openapi`` is the route's OpenAPI path item, so
+    ``/docs`` lists the lane like any FastAPI route (see ``ira.runtime.apidocs``).
     """
 
     route: str
     app: ASGIApp
     methods: frozenset[str] = frozenset({"POST"})
+    openapi: Mapping[str, Any] | None = field(default=None, compare=False)
     _segments: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,9 +154,10 @@ def create_app(
     With ``tracer_provider`` every request except health and metrics gets a server span.
     Without lanes the result is the FastAPI app itself; with lanes, a LanedApp in front of it.
     """
-    app = FastAPI(title=title)
+    app = FastAPI(title=title, docs_url=None, redoc_url=None)
     app.include_router(_operations_router(metrics, dict(readiness_checks or {}), check_timeout))
     lanes = [route for route in routers if isinstance(route, Lane)]
+    install_docs(app, lanes)
     for router in routers:
         if isinstance(router, APIRouter):
             app.include_router(router)

@@ -8,8 +8,7 @@ reading it when Content-Length says so, and while reading otherwise), hands it t
 It is a :class:`~ira.runtime.http.Lane`, a plain ASGI app served ahead of FastAPI: every alert
 comes through here, and FastAPI's routing, middleware and route lookup for tracing cost more
 CPU per request than the ingest itself (the body must stay raw bytes anyway: signatures cover
-them exactly). The price is that the route is not listed in ``/docs``; DESIGN.md §10 and the
-README are its documentation.
+them exactly). The lane carries its OpenAPI path item (:data:`OPENAPI`), so ``/docs`` lists it.
 """
 
 from __future__ import annotations
@@ -18,9 +17,11 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from ira.core.alert import SourceKind
 from ira.core.errors import AuthenticationError, BrokerUnavailableError, NotFoundError, PlatformError
 from ira.runtime.http import Lane, error_entry, json_body
 from ira.sources.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, Credentials
@@ -146,4 +147,38 @@ def _status(exc: PlatformError) -> int:
 
 def ingest_lane(ingest: Ingest, metrics: SourceMetrics, *, max_body_bytes: int = MAX_BODY_BYTES) -> Lane:
     """The sources' lane: ``POST /v1/sources/{kind}/{source_id}``."""
-    return Lane(route=PATH, app=IngestEndpoint(ingest, metrics, max_body_bytes=max_body_bytes))
+    return Lane(route=PATH, app=IngestEndpoint(ingest, metrics, max_body_bytes=max_body_bytes), openapi=OPENAPI)
+
+
+def _refusal(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+ERROR_SCHEMA = {"type": "object", "properties": {"errors": {"type": "array", "items": {
+    "type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                     "field": {"type": "string", "nullable": True}}}}}}
+
+OPENAPI: dict[str, Any] = {"post": {
+    "tags": ["sources"], "operationId": "post_source_events", "summary": "Send alerts or change events",
+    "description": "The webhook every sender posts to, with its source instance's credentials "
+                   "(bearer token, or an HMAC signature for `generic`). 202 means stored: the events are "
+                   "durable and will be triaged. The body is the kind's native payload (Alertmanager v4, "
+                   "Grafana, generic JSON, change events), at most 1 MiB.",
+    "parameters": [
+        {"name": "kind", "in": "path", "required": True,
+         "schema": {"type": "string", "enum": [k.value for k in SourceKind]}},
+        {"name": "source_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": SIGNATURE_HEADER, "in": "header", "required": False, "schema": {"type": "string"},
+         "description": "generic sources: sha256=<hex HMAC of timestamp.body>"},
+        {"name": TIMESTAMP_HEADER, "in": "header", "required": False, "schema": {"type": "string"}}],
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+    "responses": {
+        "202": {"description": "Stored", "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
+                                             "event_ids": {"type": "array", "items": {"type": "string"}}}}}}},
+        "400": _refusal("Not JSON"), "401": _refusal("Bad or missing credentials"),
+        "404": _refusal("Unknown source, or a kind it is not"), "413": _refusal("Body over 1 MiB"),
+        "422": _refusal("Not the kind's schema (one entry per problem)"),
+        "429": _refusal("Over the source's rate (Retry-After)"),
+        "503": _refusal("Broker or Redis unavailable (Retry-After); nothing was accepted")}}}
+"""The lane's OpenAPI path item (DESIGN.md §10)."""

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.eventually import eventually
 from tests.processes import free_port, ira_command
@@ -81,6 +82,7 @@ async def play_demo_once(tmp_path: Path, env: dict[str, str], out: Path) -> None
                 proc.wait()
 
 
+@pytest.mark.timeout(420)  # two whole `ira dev` lives, each ~30 s on an idle 2-core machine
 async def test_a_second_demo_on_the_same_data_says_it_already_ran(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRA_")}
     env.update(IRA_DATA_DIR=str(tmp_path / "data"), IRA_HTTP_PORT=str(free_port()))

@@ -277,3 +277,23 @@ async def test_a_lane_request_is_one_server_span_continuing_the_callers_trace() 
     assert ok.parent is not None and (f"{ok.context.trace_id:032x}", f"{ok.parent.span_id:016x}") == (
         caller_trace, caller_span)
     assert failed.attributes["http.response.status_code"] == 500 and failed.status.status_code is StatusCode.ERROR
+
+
+async def test_docs_work_offline_and_list_the_lanes() -> None:
+    from ira.sources.api import OPENAPI, PATH
+
+    async def nothing(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("not called")
+
+    app = create_app(metrics=Metrics(), routers=[Lane(route=PATH, app=nothing, openapi=OPENAPI)])
+    async with client_for(app) as client:  # type: ignore[arg-type]
+        page = await client.get("/docs")
+        script = await client.get("/docs/assets/swagger-ui-bundle.js")
+        schema = (await client.get("/openapi.json")).json()
+    assert page.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in page.text
+    assert "https://" not in page.text and "cdn" not in page.text.lower()  # nothing is fetched from outside
+    assert script.status_code == 200 and len(script.content) > 100_000
+    webhook = schema["paths"][PATH]["post"]
+    assert webhook["parameters"][0]["schema"]["enum"] == ["alertmanager", "grafana", "generic", "change"]
+    assert set(webhook["responses"]) >= {"202", "401", "413", "422", "429", "503"}
+    assert "/healthz" in schema["paths"]
