@@ -1,4 +1,5 @@
-"""The coordinator's commands over HTTP (DESIGN.md §10): cancel a run, decide an approval.
+"""The coordinator's commands over HTTP (DESIGN.md §10): cancel a run, decide an approval,
+close a manual repair with a note, draft anyway after a failed required branch.
 
 Every read (runs, events, report, draft, tickets) is served by the read model
 (``ira.readmodel`` through ``ira.dashboard.api``); this module only changes things. Every
@@ -6,14 +7,18 @@ command is scoped by the caller's tenant (from the bearer token)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from pydantic import Field
 
 from ira.coordinator import control, gate
 from ira.coordinator.approval import Choice, RefusalCode, Verdict
 from ira.coordinator.deps import Deps
+from ira.coordinator.facts import store_json
+from ira.coordinator.reconcile import close_manual_repair
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
 from ira.runtime.auth import Principal, principal_for
@@ -32,8 +37,19 @@ class CancelBody(Model):
     reason: str | None = None
 
 
+class NoteBody(Model):
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class CloseRepairBody(Model):
+    note: str = Field(min_length=3, max_length=4000)
+    """What the person found (kept as the evidence artifact the close requires)."""
+    external_ref: str | None = Field(default=None, max_length=200)
+    """The ticket's key if it does exist (the Operation becomes confirmed), else None (not created)."""
+
+
 def build_router(settings: Settings, deps: Deps) -> APIRouter:
-    """The commands: ``POST /v1/runs/{id}/cancel`` and ``POST /v1/approvals/{id}/decision``."""
+    """``POST /v1/runs/{id}/cancel``, ``/v1/approvals/{id}/decision``, ``/v1/work-items/{id}/close``."""
     router = APIRouter(prefix="/v1", tags=["commands"])
     who = Depends(principal_for(settings))
     _actions(router, deps, who)
@@ -50,6 +66,28 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
                                            reason=body.reason if body else None, config=deps.config,
                                            at=deps.clock.now())
         return {"run_id": run.run_id, "state": run.state.value, "outcome": run.outcome}
+
+    @router.post("/work-items/{work_item_id}/close")
+    async def close_repair(work_item_id: str, body: CloseRepairBody, caller: Principal = who) -> dict[str, Any]:
+        """Settle a manual repair with a note; the run resumes from the fact it states."""
+        caller.require("approver")
+        note = json.dumps({"note": body.note, "external_ref": body.external_ref, "by": caller.name,
+                           "at": deps.clock.now().isoformat()}, sort_keys=True).encode()
+        async with deps.db.transaction() as conn:
+            evidence = await store_json(conn, caller.tenant_id, note, config=deps.config, at=deps.clock.now())
+        op = await close_manual_repair(deps, caller.tenant_id, work_item_id, evidence_ref=evidence.ref,
+                                       external_ref=body.external_ref, principal=caller.name)
+        return {"work_item_id": work_item_id, "operation_id": op.operation_id, "fact_state": op.fact_state.value,
+                "evidence_ref": evidence.ref}
+
+    @router.post("/work-items/{work_item_id}/draft-anyway")
+    async def draft_anyway(work_item_id: str, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
+        """After a required branch failed: draft the ticket anyway, the missing evidence stated."""
+        caller.require("approver")
+        async with deps.db.transaction() as conn:
+            run = await control.draft_anyway(conn, caller.tenant_id, work_item_id, principal=caller.name,
+                                             note=body.note, config=deps.config, at=deps.clock.now())
+        return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
 
     @router.post("/approvals/{approval_id}/decision", response_model=None)
     async def decide(approval_id: str, body: DecisionBody, caller: Principal = who) -> dict[str, Any] | JSONResponse:

@@ -1,4 +1,5 @@
-"""What people do to a run besides approving: cancel it, edit its draft."""
+"""What people do to a run besides approving: cancel it, edit its draft, draft anyway after a
+failed required branch."""
 
 from __future__ import annotations
 
@@ -6,14 +7,21 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.coordinator import gate
+from ira.coordinator import gate, records
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import end_run
 from ira.coordinator.facts import lock_run
+from ira.coordinator.workflow import JOIN
+from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import DomainError, IllegalTransitionError
+from ira.core.events import RunEventType
 from ira.core.operation import Approval
 from ira.core.run import Run
-from ira.core.states import TERMINAL_RUN_STATES, RunState
+from ira.core.states import TERMINAL_RUN_STATES, RunState, StepState, WaitKind, WorkItemState
+from ira.runtime.store import runs
+from ira.runtime.wakeup import step_wakeup
+
+HUMAN_REVIEW = "human_review"
 
 
 async def cancel_run(
@@ -29,6 +37,28 @@ async def cancel_run(
         raise IllegalTransitionError("run", run.state.value, RunState.CANCELLED.value)
     return await end_run(conn, run, state=RunState.CANCELLED, outcome="cancelled", config=config, at=at,
                          detail={"by": principal, "reason": reason})
+
+
+async def draft_anyway(
+    conn: AsyncConnection, tenant_id: str, work_item_id: str, *, principal: str, note: str | None,
+    config: WorkflowConfig, at: datetime,
+) -> Run:
+    """A person reviewed a failed required branch and chose to draft anyway: the join runs
+    again and proceeds, the failed branches reported missing in the report and the draft."""
+    item = await records.get_work_item(conn, tenant_id, work_item_id)
+    if item["kind"] != HUMAN_REVIEW or item["state"] != WorkItemState.OPEN or not item["run_id"]:
+        raise DomainError(f"work item {work_item_id} is not an open review of a failed branch")
+    run = await lock_run(conn, tenant_id, str(item["run_id"]))
+    if (run.state, run.wait_kind) != (RunState.WAITING, WaitKind.HUMAN_REVIEW):
+        raise DomainError(f"run {run.run_id} is not waiting for a review")
+    await records.close_work_items(conn, tenant_id, run.run_id, kind=HUMAN_REVIEW, at=at, facts={
+        **item["facts"], "decision": "draft_anyway", "decided_by": principal, "note": note})
+    wakeup = step_wakeup(tenant_id, run.run_id, JOIN, kind=JOIN, environment=config.environment, at=at)
+    return await runs.commit(conn, RunCommit(
+        tenant_id=tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
+        steps=(StepChange(step_id=JOIN, state=StepState.READY),), outbox=(wakeup,),
+        events=(EventDraft(type=RunEventType.REVIEW_DRAFT_ANYWAY, data={
+            "work_item_id": work_item_id, "principal": principal, "note": note}),)), at=at)
 
 
 async def edit_draft(

@@ -75,8 +75,13 @@ def _rejection(step: Step, result: BranchResult | None) -> str | None:
     return None
 
 
+DRAFT_ANYWAY = "draft_anyway"
+"""The policy once a person reviewed the failure and chose to draft with the gaps stated."""
+
+
 def decide_join(outcomes: Sequence[BranchOutcome], *, on_required_failure: str) -> JoinVerdict:
-    """Proceed when every required branch is accepted; else ask a person or fail, per config."""
-    if all(o.status != BranchStatus.FAILED for o in outcomes):
+    """Proceed when every required branch is accepted; else ask a person or fail, per config
+    (or proceed, the failed branches reported missing, when a person said ``draft_anyway``)."""
+    if all(o.status != BranchStatus.FAILED for o in outcomes) or on_required_failure == DRAFT_ANYWAY:
         return JoinVerdict.PROCEED
     return JoinVerdict.FAIL if on_required_failure == "fail" else JoinVerdict.HUMAN_REVIEW

@@ -74,6 +74,14 @@ async def incident_version(conn: AsyncConnection, run: Run) -> int:
     return max(known)
 
 
+async def has_event(conn: AsyncConnection, run: Run, event_type: RunEventType) -> bool:
+    """Whether the run's log holds an event of ``event_type``."""
+    row = (await conn.execute(select(events.c.run_seq).where(
+        events.c.tenant_id == run.tenant_id, events.c.run_id == run.run_id, events.c.type == event_type)
+        .limit(1))).first()
+    return row is not None
+
+
 async def charge_step(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig, at: datetime) -> None:
     """One ``steps`` unit from the root, once per claim; BudgetExhaustedError when none is left."""
     if BudgetDimension.STEPS not in config.root_budget:

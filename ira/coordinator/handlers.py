@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator import gate, records, ticket, verify
 from ira.coordinator.decide import (
     ASSESSED_EVENT,
+    DRAFT_ANYWAY,
     BranchOutcome,
     BranchStatus,
     JoinVerdict,
@@ -24,7 +25,15 @@ from ira.coordinator.decide import (
 )
 from ira.coordinator.deps import Deps
 from ira.coordinator.ending import end_run
-from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
+from ira.coordinator.facts import (
+    charge_step,
+    fence,
+    has_event,
+    incident_version,
+    load_model,
+    lock_run,
+    store_json,
+)
 from ira.coordinator.report import (
     AcceptedBranch,
     canonical_json,
@@ -102,7 +111,9 @@ async def join(deps: Deps, ctx: StepContext) -> None:
         branches = [s for s in await steps.list_steps(conn, c.tenant_id, c.run_id) if s.kind in BRANCH_KINDS]
         outcomes = tuple([assess_branch(s, await load_model(conn, c.tenant_id, s.result_ref, model=BranchResult))
                           for s in branches])
-        verdict = decide_join(outcomes, on_required_failure=deps.config.on_required_failure)
+        policy = DRAFT_ANYWAY if await has_event(conn, run, RunEventType.REVIEW_DRAFT_ANYWAY) \
+            else deps.config.on_required_failure
+        verdict = decide_join(outcomes, on_required_failure=policy)
         await charge_step(conn, c, config=deps.config, at=now)
         summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
                                    config=deps.config, at=now)

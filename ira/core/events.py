@@ -33,6 +33,7 @@ class RunEventType(StrEnum):
     BRANCH_FAILED = "BRANCH_FAILED"
     BRANCH_MISSING = "BRANCH_MISSING"
     JOINED = "JOINED"
+    REVIEW_DRAFT_ANYWAY = "REVIEW_DRAFT_ANYWAY"  #: a person chose to draft without a failed required branch
     # report, draft, approval
     REPORT_WRITTEN = "REPORT_WRITTEN"
     DRAFT_WRITTEN = "DRAFT_WRITTEN"

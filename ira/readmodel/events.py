@@ -77,6 +77,8 @@ SENTENCES: dict[E, _Sentence] = {
     E.BRANCH_FAILED: lambda d: f"Required branch {_get(d, 'branch')} failed: {_get(d, 'reason')}.",
     E.BRANCH_MISSING: lambda d: f"Optional branch {_get(d, 'branch')} is missing: {_get(d, 'reason')}.",
     E.JOINED: lambda d: f"Branches joined: {_get(d, 'verdict')}.",
+    E.REVIEW_DRAFT_ANYWAY: lambda d: f"{_get(d, 'principal')} chose to draft anyway, the gaps stated"
+                                     + (f": “{d['note']}”." if d.get("note") else "."),
     E.REPORT_WRITTEN: lambda d: f"Report written: {_get(d, 'facts')} facts, {_get(d, 'hypotheses')} hypotheses.",
     E.DRAFT_WRITTEN: lambda d: f"Ticket draft v{_get(d, 'version')} written.",
     E.DRAFT_REVISED: lambda d: f"Ticket draft revised to v{_get(d, 'version')}.",

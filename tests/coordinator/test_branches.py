@@ -18,7 +18,7 @@ from ira.runtime.store import budget, runs, steps
 from ira.runtime.store.artifacts import get_artifact
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import step_wakeup
-from tests.coordinator.harness import T0, Pump, build, decision, envelope, run_for_incident
+from tests.coordinator.harness import T0, Pump, api, auth, build, decision, envelope, run_for_incident
 from tests.eventually import eventually
 
 
@@ -50,6 +50,32 @@ async def test_required_branch_failure_waits_for_a_person(db: Database) -> None:
     assert (run.state, run.wait_kind, plan["join"]) == (RunState.WAITING, WaitKind.HUMAN_REVIEW, StepState.WAITING)
     assert [(i.kind, i.state) for i in items] == [("human_review", "open")]
     assert "BRANCH_FAILED" in log and "REPORT_WRITTEN" not in log
+
+
+async def test_a_person_drafts_anyway_and_the_draft_states_the_gap(db: Database) -> None:
+    # Given a run waiting for a review because its required logs branch failed
+    pump, run, _ = await started(db, behaviour={"logs": "fail"})
+    async with db.reader() as conn:
+        [item] = await records.list_work_items(conn, "acme", run.run_id)
+    async with api(pump.deps) as client:
+        path = f"/v1/work-items/{item.work_item_id}/draft-anyway"
+        # When a viewer tries, nothing happens; when an approver chooses to draft anyway, it drafts
+        refused = await client.post(path, headers=auth("viewer"), json={"note": "ship it"})
+        chosen = await client.post(path, headers=auth("lead"), json={"note": "logs are down; metrics are clear"})
+        await pump.drain()
+        again = await client.post(path, headers=auth("lead"), json={})
+        draft = (await client.get(f"/v1/runs/{run.run_id}/draft", headers=auth("viewer"))).json()
+        events = (await client.get(f"/v1/runs/{run.run_id}/events", headers=auth("viewer"))).json()["events"]
+    run, plan, log = await current(db, run.run_id)
+    await pump.close()
+    assert refused.status_code == 403 and chosen.status_code == 200, chosen.text
+    assert again.status_code == 400  # the review is closed: a second click changes nothing
+    # Then the run waits for approval of a draft that says which evidence is missing
+    assert (run.state, run.wait_kind, plan["join"]) == (RunState.WAITING, WaitKind.APPROVAL, StepState.DONE)
+    assert "## Missing" in draft["body"] and "- logs:" in draft["body"]
+    assert log.index("REVIEW_DRAFT_ANYWAY") < log.index("REPORT_WRITTEN")
+    [said] = [e["text"] for e in events if e["type"] == "REVIEW_DRAFT_ANYWAY"]
+    assert said == "lead chose to draft anyway, the gaps stated: “logs are down; metrics are clear”."
 
 
 async def test_required_branch_failure_fails_the_run_when_configured(db: Database) -> None:

@@ -16,10 +16,9 @@ from ira.core.states import OperationFact, OperationHandling, RunState, WaitKind
 from ira.core.ticket import Ticket, TicketRequest
 from ira.runtime.scanner import Scanner
 from ira.runtime.store import runs
-from ira.runtime.store.artifacts import put_artifact
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import step_wakeup
-from tests.coordinator.harness import T0, api
+from tests.coordinator.harness import T0, api, auth
 from tests.coordinator.test_approvals import decide, waiting_for_approval
 
 
@@ -69,13 +68,20 @@ async def test_unknown_past_its_deadline_becomes_manual_repair_that_needs_eviden
     with pytest.raises(DomainError):
         await close_manual_repair(deps, "acme", item.work_item_id, evidence_ref="sha256:nothing",
                                   external_ref="INC-77", principal="lead")
-    async with db.transaction() as conn:
-        proof = await put_artifact(conn, "acme", b'{"screenshot": "INC-77 exists in the tracker"}',
-                                   media_type="application/json", max_bytes=1 << 20, at=clock.now())
-    closed = await close_manual_repair(deps, "acme", item.work_item_id, evidence_ref=proof.ref,
-                                       external_ref="INC-77", principal="lead")
+    # (over HTTP: a viewer may not; an approver closes it with a note, kept as the evidence)
+    async with api(deps) as client:
+        path = f"/v1/work-items/{item.work_item_id}/close"
+        viewer = await client.post(path, headers=auth("viewer"), json={"note": "exists", "external_ref": "INC-77"})
+        closing = await client.post(path, headers=auth("lead"), json={
+            "note": "INC-77 exists in the tracker, created 10:41", "external_ref": "INC-77"})
+        note = await client.get(f"/v1/artifacts/{closing.json()['evidence_ref']}", headers=auth("viewer"))
     await pump.drain()
     await pump.close()
+    assert viewer.status_code == 403 and closing.status_code == 200, closing.text
+    assert closing.json()["fact_state"] == "confirmed_success"
+    assert (note.json()["note"], note.json()["by"]) == ("INC-77 exists in the tracker, created 10:41", "lead")
+    async with db.reader() as conn:
+        closed = await operations.get_operation(conn, "acme", op.operation_id)
     assert (closed.fact_state, closed.external_ref, closed.handling_state) == (
         OperationFact.CONFIRMED_SUCCESS, "INC-77", OperationHandling.NONE)
     async with db.reader() as conn:

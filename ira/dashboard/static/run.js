@@ -27,10 +27,11 @@
     return item;
   }
 
+  // Never swap a section under someone typing a reason or a note, or with the dialog open.
   function busy() {
-    const reason = document.getElementById("reason");
     const dialog = document.getElementById("confirm");
-    return (reason && (reason.value || document.activeElement === reason)) || (dialog && dialog.open);
+    const fields = document.querySelectorAll("[data-live] textarea, [data-live] input");
+    return [...fields].some((f) => f.value || document.activeElement === f) || (dialog && dialog.open);
   }
 
   // Fetch this page again and swap every [data-live] section whose content changed.
@@ -110,4 +111,24 @@
     });
   }
   bindDecision();
+
+  // Work items: draft anyway after a failed branch, or close a manual repair with a note.
+  document.addEventListener("submit", async (submitted) => {
+    const form = submitted.target.closest("form.work-item");
+    if (!form) return;
+    submitted.preventDefault();
+    const result = form.querySelector(".result");
+    const data = Object.fromEntries([...new FormData(form)].map(([k, v]) => [k, v || null]));
+    const response = await fetch(form.dataset.action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },
+      body: JSON.stringify(data),
+    });
+    const body = await response.json().catch(() => ({}));
+    const error = (body.errors && body.errors[0]) || {};
+    result.textContent = response.ok ? "Done." : `Not applied: ${error.message || response.status}`;
+    result.className = response.ok ? "result" : "result error";
+    if (response.ok) form.querySelectorAll("textarea, input").forEach((f) => (f.value = ""));
+  });
 })();
