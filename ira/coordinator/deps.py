@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ira.coordinator.config import WorkflowConfig
 from ira.core.clock import Clock
 from ira.core.ports import TicketSystem
+from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
 
 
@@ -16,3 +17,5 @@ class Deps:
     clock: Clock
     config: WorkflowConfig
     tickets: TicketSystem
+    faults: FaultPoints = field(default_factory=FaultPoints)
+    """Armed only by fault tests (``IRA_FAULTS``): where this process kills itself."""

@@ -31,10 +31,9 @@ below the broker's default 500 ms hold (the embedded broker holds a fetch the fu
 
 
 def build_deps(platform: Platform) -> Deps:
-    builtin = BuiltinTicketSystem(platform.db, platform.clock)
-    tickets = FaultPointTicketSystem(builtin, FaultPoints(platform.settings.faults))
+    builtin, faults = BuiltinTicketSystem(platform.db, platform.clock), FaultPoints(platform.settings.faults)
     return Deps(db=platform.db, clock=platform.clock, config=WorkflowConfig.from_settings(platform.settings),
-                tickets=tickets)
+                tickets=FaultPointTicketSystem(builtin, faults), faults=faults)
 
 
 def build_worker(platform: Platform) -> CoordinatorWorker:

@@ -44,6 +44,12 @@ from ira.runtime.store import runs, timers
 log = logging.getLogger(__name__)
 DEADLINE_TIMER = "operation_deadline"
 
+# Fault points around the Operation (fault tests kill the process there; see tests/faults/).
+AFTER_INTENT = "ticket.after_intent"  #: INTENT_RECORDED committed, nothing authorized yet
+AFTER_SUBMIT = "ticket.after_submit"  #: SUBMITTED committed, no byte sent yet
+AFTER_RECEIPT = "ticket.after_receipt"  #: receipt stored (CONFIRMED_SUCCESS), step not finished
+AFTER_FINISH = "ticket.after_finish"  #: step DONE committed, the next step not yet run
+
 
 class Mode(StrEnum):
     SEND = "send"  #: this owner moved the Operation to SUBMITTED: it may send
@@ -58,13 +64,17 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
     if prepared is None:
         return
     op, request = prepared
+    deps.faults.hit(AFTER_INTENT)
     mode = await _authorize(deps, ctx, op)
     if mode == Mode.VERIFY:
         mode = await _verify(deps, ctx, op)
     if mode == Mode.SEND:
+        deps.faults.hit(AFTER_SUBMIT)
         mode = await _send(deps, ctx, op, request=request)
     if mode == Mode.DONE:
+        deps.faults.hit(AFTER_RECEIPT)
         await _finish(deps, ctx, op)
+        deps.faults.hit(AFTER_FINISH)
     elif mode == Mode.FAILED:
         await _fail(deps, ctx, op, reason="confirmed_failure")
 

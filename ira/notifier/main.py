@@ -11,6 +11,7 @@ import httpx
 from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
 from ira.runtime.bus.consumer import ConsumerSettings
+from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ class NotifierRole:
         s = platform.settings
         async with httpx.AsyncClient() as client:
             notifier = Notifier(platform.db, build_channel(platform, client), platform.clock,
-                                max_attempts=s.notifier.max_attempts, backoff=s.notifier.backoff)
+                                max_attempts=s.notifier.max_attempts, backoff=s.notifier.backoff,
+                                faults=FaultPoints(s.faults))
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
                                          settings=ConsumerSettings(session_timeout=s.kafka.session_timeout))

@@ -23,9 +23,13 @@ from ira.notifier import store
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import RecordMeta, RecordOutcome
+from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
 
 log = logging.getLogger(__name__)
+
+AFTER_SEND = "delivery.after_send"
+"""Fault point: the channel answered, its receipt is not stored yet (mid-delivery)."""
 
 
 class Channel(Protocol):
@@ -40,9 +44,10 @@ class Notifier:
     """Delivers one notification with up to ``max_attempts`` tries (counted across restarts)."""
 
     def __init__(self, db: Database, channel: Channel, clock: Clock, *, max_attempts: int = 4,
-                 backoff: timedelta = timedelta(milliseconds=200)) -> None:
+                 backoff: timedelta = timedelta(milliseconds=200), faults: FaultPoints | None = None) -> None:
         self._db, self._channel, self._clock = db, channel, clock
         self._max_attempts, self._backoff = max_attempts, backoff
+        self._faults = faults or FaultPoints()
 
     async def handle(self, envelope: Envelope, meta: RecordMeta | None = None) -> str | None:
         """Deliver the notification the envelope names; None for other message types."""
@@ -58,6 +63,7 @@ class Notifier:
         if row["attempts"]:
             await asyncio.sleep(self._backoff.total_seconds() * 2 ** (row["attempts"] - 1))
         receipt, retry = await self._channel.send(notification)
+        self._faults.hit(AFTER_SEND)
         last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
         final = _final(row, receipt) if last else None
         async with self._db.transaction() as conn:

@@ -17,7 +17,7 @@ from ira.runtime.settings import Settings
 from ira.runtime.stack import open_platform
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import pending, upgrade
-from ira.runtime.supervisor import build_http, install_stop_signals, supervise
+from ira.runtime.supervisor import Supervision, build_http, install_stop_signals, supervise
 from ira.runtime.telemetry import setup_tracing, shutdown_tracing
 
 Say = Callable[[str], None]
@@ -43,8 +43,8 @@ async def run_dev(
         settings = with_demo_recording(settings)
     tracer = setup_tracing(settings)
     roles = list(load_roles().values())
-    stop = asyncio.Event()
-    install_stop_signals(stop)
+    supervision = Supervision()
+    install_stop_signals(supervision)
     url = f"http://{settings.http.host}:{settings.http.port}"
     background: set[asyncio.Task[object]] = set()
 
@@ -59,8 +59,8 @@ async def run_dev(
             if live:
                 settings = await start_live(stack, settings, url=url, say=say)
             platform = await stack.enter_async_context(open_platform(settings, embedded=True, say=say))
-            server = build_http(platform, roles, tracer)
-            code = await supervise(platform, roles, server=server, stop=stop, on_ready=on_ready)
+            server = build_http(platform, roles, supervision, tracer)
+            code = await supervise(platform, roles, server=server, supervision=supervision, on_ready=on_ready)
     finally:
         for task in background:
             task.cancel()
@@ -138,12 +138,12 @@ async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:
     loops: list[Role] = [] if role_name == GATEWAY else [roles[role_name]]
     route_roles = list(roles.values()) if role_name == GATEWAY else []
     tracer = setup_tracing(settings, service_name=f"ira-{role_name}")
-    stop = asyncio.Event()
-    install_stop_signals(stop)
+    supervision = Supervision()
+    install_stop_signals(supervision)
     try:
         async with open_platform(settings, embedded=False, say=say) as platform:
-            server = build_http(platform, route_roles, tracer)
-            code = await supervise(platform, loops, server=server, stop=stop,
+            server = build_http(platform, route_roles, supervision, tracer)
+            code = await supervise(platform, loops, server=server, supervision=supervision,
                                    on_ready=lambda: say(f"ready     role {role_name}"))
     finally:
         shutdown_tracing(tracer)

@@ -19,6 +19,7 @@ from ira.runtime.store.migrate import pending
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from ira.runtime.duty import DutyRoster
     from ira.runtime.platform import Platform
     from ira.runtime.store.database import Database
 
@@ -60,6 +61,27 @@ def kafka_check(bootstrap: str, environment: str) -> ReadinessCheck:
         missing = await missing_topics(bootstrap, environment)
         if missing:
             raise NotReadyError(f"topics missing: {', '.join(missing)}")
+
+    return check
+
+
+def serving_check(is_open: Callable[[], bool]) -> ReadinessCheck:
+    """The process is not stopping (its HTTP gate is open)."""
+
+    async def check() -> None:
+        if not is_open():
+            raise NotReadyError("stopping: draining in-flight work, accepting nothing new")
+
+    return check
+
+
+def duties_check(roster: DutyRoster) -> ReadinessCheck:
+    """Every loop that handles accepted work runs (consumers assigned), not merely started."""
+
+    async def check() -> None:
+        unready = roster.unready()
+        if unready or not roster.settled:
+            raise NotReadyError(f"not yet handling work: {', '.join(unready) or 'roles starting'}")
 
     return check
 

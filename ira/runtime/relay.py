@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ira.core.clock import Clock
 from ira.core.errors import TransientError
 from ira.core.ports import RawPublisher, TopicAdmin
+from ira.runtime.duty import enlist
 from ira.runtime.fault import FaultPoints
 from ira.runtime.pause import pause
 from ira.runtime.store import outbox
@@ -83,13 +84,20 @@ class OutboxRelay:
             raise (non_transient or errors)[0]
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until ``stop``; on broker trouble back off and re-create missing topics."""
+        """Relay until ``stop``; on broker trouble back off and re-create missing topics.
+
+        Ready at once; idle (for a draining stop) when a pass found nothing to publish.
+        """
         backoff = 0.2
+        duty = enlist("relay")
+        duty.ready = True
         while not stop.is_set():
             try:
                 moved = await self.relay_once()
+                duty.report(idle=moved == 0, done=moved)
                 backoff = 0.2
             except TransientError as exc:
+                duty.report(idle=False)
                 log.warning("relay: publish failed, retrying in %.1fs: %s", backoff, exc)
                 await pause(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -97,6 +105,7 @@ class OutboxRelay:
                 continue
             if moved == 0:
                 await pause(stop, self.poll_interval.total_seconds())
+        duty.finished = True
 
     async def _recreate_topics(self) -> None:
         if self.admin is None:

@@ -2,17 +2,19 @@
 
 ``open_platform`` yields ready clients and closes them in reverse order on exit. With
 ``embedded=True`` (``ira dev``) it starts what is not configured: the Tansu broker when
-``kafka_bootstrap`` is unset and a Redis server when ``redis_url`` is unset, and it brings the
-database schema up to date. Workers (``embedded=False``) need every service configured.
+``kafka_bootstrap`` is unset and a Redis server when ``redis_url`` is unset (each with a
+watchdog that starts it again if it dies while ira runs), and it brings the database schema
+up to date. Workers (``embedded=False``) need every service configured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
@@ -53,6 +55,7 @@ async def _kafka(stack: AsyncExitStack, settings: Settings, *, embedded: bool, s
     broker = EmbeddedKafka(settings.data_dir.resolve() / "logs")
     await broker.start()
     stack.push_async_callback(broker.stop)
+    _beside(stack, broker.keep_alive(), name="embedded-kafka-watchdog")
     say(f"kafka     embedded Tansu broker on {broker.bootstrap} (memory storage; log {broker.log_path})")
     return broker.bootstrap
 
@@ -67,8 +70,21 @@ async def _redis_url(stack: AsyncExitStack, settings: Settings, *, embedded: boo
     server = EmbeddedRedis(settings.data_dir.resolve())  # redis-server runs in another cwd
     await asyncio.to_thread(server.start)
     stack.push_async_callback(asyncio.to_thread, server.stop)
+    _beside(stack, server.keep_alive(), name="embedded-redis-watchdog")
     say(f"redis     embedded Redis at {server.url}")
     return server.url
+
+
+def _beside(stack: AsyncExitStack, work: Coroutine[Any, Any, None], *, name: str) -> None:
+    """Run ``work`` (a watchdog) until the stack closes; it is cancelled before what it watches
+    is stopped, so a clean stop is never mistaken for a death."""
+    task = asyncio.create_task(work, name=name)
+
+    async def cancel() -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    stack.push_async_callback(cancel)
 
 
 async def _database(stack: AsyncExitStack, settings: Settings, *, embedded: bool, say: Say) -> Database:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,31 +22,17 @@ def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 async def test_ira_dev_gets_ready_and_sigint_leaves_no_child(tmp_path: Path) -> None:
-    port = free_port()
-    log = (tmp_path / "dev.log").open("w")
-    proc = subprocess.Popen([ira_command(), "dev"], cwd=tmp_path, env=env_for(tmp_path, IRA_HTTP_PORT=str(port)),
-                            stdout=log, stderr=subprocess.STDOUT)
+    dev = DevProcess(tmp_path, "dev")
     try:
-        async def ready() -> bool:
-            assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-2000:]
-            try:
-                async with httpx.AsyncClient() as client:
-                    return (await client.get(f"http://127.0.0.1:{port}/readyz", timeout=2)).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await eventually(ready, timeout=60, interval=0.25, message="/readyz 200")
-        helpers = descendants_and_holders(proc.pid, str(tmp_path / "data"))
+        await dev.ready()
+        helpers = descendants_and_holders(dev.proc.pid, str(tmp_path / "data"))
         assert helpers, "expected the embedded broker and redis to run beside ira dev"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0, (tmp_path / "dev.log").read_text()[-2000:]
+        dev.proc.send_signal(signal.SIGINT)
+        assert dev.proc.wait(timeout=60) == 0, dev.log_text()[-2000:]
         await eventually(lambda: not alive(helpers), timeout=10, message=f"children {helpers} gone")
-        assert "ready" in (tmp_path / "dev.log").read_text()
+        assert "ready" in dev.log_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+        dev.close()
 
 
 def test_invalid_config_exits_non_zero_naming_the_key_once(tmp_path: Path) -> None:
@@ -112,3 +99,73 @@ def test_db_upgrade_then_doctor_reports_a_current_schema(tmp_path: Path) -> None
                            env=env)
     assert after.returncode == 0 and "database  ok" in after.stdout, after.stdout + after.stderr
     assert "schema    current" in after.stdout
+
+
+async def test_kill_9_leaves_no_broker_and_the_next_start_adopts_the_redis(tmp_path: Path) -> None:
+    # Given ira dev killed with SIGKILL (no cleanup at all)
+    data = tmp_path / "data"
+    first = DevProcess(tmp_path, "first")
+    await first.ready()
+    broker = first.broker_pid()
+    redis_pid = json.loads((data / "redis" / "server.json").read_text())["pid"]
+    first.proc.kill()
+    first.proc.wait()
+
+    # Then the broker died with it (death signal), while the daemonized Redis is left running
+    await eventually(lambda: not alive({broker}), timeout=10, message="the broker died with ira")
+    assert alive({redis_pid})
+
+    # When ira dev starts again on the same data dir, it adopts that Redis instead of a second one
+    second = DevProcess(tmp_path, "second")
+    try:
+        await second.ready()
+        assert json.loads((data / "redis" / "server.json").read_text())["pid"] == redis_pid
+        assert "adopted the embedded Redis" in second.log_text()
+        helpers = descendants_and_holders(second.proc.pid, str(data))
+        second.proc.send_signal(signal.SIGINT)
+        assert second.proc.wait(timeout=60) == 0, second.log_text()[-2000:]
+        await eventually(lambda: not alive(helpers | {redis_pid}), timeout=10, message="nothing left after a stop")
+    finally:
+        second.close()
+        first.close()
+
+
+class DevProcess:
+    """``ira dev`` on ``tmp_path/data``, its output in ``tmp_path/<name>.log``."""
+
+    def __init__(self, tmp_path: Path, name: str) -> None:
+        self.port, self.log_path = free_port(), tmp_path / f"{name}.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen([ira_command(), "dev"], cwd=tmp_path, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=env_for(tmp_path, IRA_HTTP_PORT=str(self.port)))
+
+    def log_text(self) -> str:
+        return self.log_path.read_text()
+
+    async def ready(self) -> None:
+        async def check() -> bool:
+            assert self.proc.poll() is None, self.log_text()[-2000:]
+            try:
+                async with httpx.AsyncClient() as client:
+                    return (await client.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2)).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(check, timeout=90, interval=0.25, message="/readyz 200")
+
+    def broker_pid(self) -> int:
+        children = descendants_and_holders(self.proc.pid, str(self.log_path.parent / "data"))
+        return next(pid for pid in children if "tansu" in _cmd(pid))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""

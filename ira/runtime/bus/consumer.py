@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from opentelemetry.trace import Span, Tracer
 
@@ -56,6 +56,7 @@ from ira.runtime.bus.record import (
     retry_delay,
     span_attributes,
 )
+from ira.runtime.duty import Duty, enlist
 from ira.runtime.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -127,17 +128,26 @@ class ConsumerRunner:
         self._consumer: AIOKafkaConsumer | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Join the group, consume until ``stop``, then finish the current record, commit, leave."""
-        consumer = self._consumer = await self._start_consumer()
+        """Join the group, consume until ``stop``, then finish the current record, commit, leave.
+
+        Reports to the supervisor's roster (:mod:`ira.runtime.duty`): ready once the group
+        assigned it partitions, idle while its fetches come back empty.
+        """
+        duty = enlist(f"consumer {self.name}")
+        consumer = self._consumer = await self._start_consumer(duty)
         try:
             while not stop.is_set():
-                for tp, records in (await self._fetch(consumer, stop)).items():
+                fetched = await self._fetch(consumer, stop)
+                duty.report(idle=not fetched)
+                for tp, records in fetched.items():
                     await self._commit(consumer, tp, await self._process_partition(records, stop))
+                    duty.report(idle=False, done=len(records))
                     if stop.is_set():
                         break
                 if self._on_lag is not None:  # after the commits, and on idle rounds: an idle partition reads 0
                     self._on_lag(self.lag())
         finally:
+            duty.finished = True
             self._consumer = None
             await consumer.stop()  # leaves the group, so its partitions move on at once
 
@@ -153,16 +163,17 @@ class ConsumerRunner:
                 lags[key] = max(0, high - self.stats.committed.get(key, high))
         return lags
 
-    async def _start_consumer(self) -> AIOKafkaConsumer:
+    async def _start_consumer(self, duty: Duty) -> AIOKafkaConsumer:
         s = self.settings
         consumer = AIOKafkaConsumer(
-            *self.topics, bootstrap_servers=self.bootstrap, group_id=self.group_id, client_id=self.name,
+            bootstrap_servers=self.bootstrap, group_id=self.group_id, client_id=self.name,
             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=_ms(s.fetch_wait),
             session_timeout_ms=_ms(s.session_timeout), heartbeat_interval_ms=_ms(s.heartbeat_interval),
             request_timeout_ms=max(_ms(s.request_timeout), _ms(s.session_timeout) + 1000),
         )
         try:
             await consumer.start()
+            consumer.subscribe(self.topics, listener=_ReportAssigned(duty))
         except (KafkaError, OSError) as exc:
             await consumer.stop()
             raise BrokerUnavailableError(f"kafka at {self.bootstrap}: {type(exc).__name__}: {exc}") from exc
@@ -287,6 +298,20 @@ class ConsumerRunner:
         self.stats.count(outcome.outcome)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
+
+
+class _ReportAssigned(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Marks the duty ready when the group has assigned this member its partitions (possibly
+    none: a replica beyond the partition count is still a running member of its group)."""
+
+    def __init__(self, duty: Duty) -> None:
+        self._duty = duty
+
+    def on_partitions_revoked(self, revoked: object) -> None:
+        """Nothing to do: offsets are committed after each transaction, not at rebalance."""
+
+    def on_partitions_assigned(self, assigned: object) -> None:
+        self._duty.ready = True
 
 
 async def _stopped_within(stop: asyncio.Event, delay: timedelta) -> bool:

@@ -109,6 +109,8 @@ class RuntimeTuning(Section):
     outbox_claim_lease: Duration = timedelta(seconds=30)
     scanner_interval: Duration = timedelta(seconds=5)
     step_lease: Duration = timedelta(seconds=30)
+    drain_timeout: Duration = timedelta(seconds=20)
+    """On SIGINT/SIGTERM: longest wait for in-flight requests, consumers and the relay to go quiet."""
 
 
 def _dims(**amounts: int) -> dict[BudgetDimension, int]:
