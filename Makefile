@@ -8,7 +8,7 @@ STAMP := $(VENV)/.ira-installed
 BENCH_OPS ?= 200
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench
+.PHONY: run test lint bench faults
 
 run: $(STAMP)
 	$(VENV)/bin/ira dev --demo
@@ -19,6 +19,14 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ira
+
+# The fault matrix (tests/faults/): every case FAULT_REPETITIONS times against real processes,
+# PostgreSQL, Redis and a Tansu broker; prints the table of what held. `make test` runs its
+# smoke cases once.
+FAULT_REPETITIONS ?= 5
+
+faults: $(STAMP)
+	$(PY) -m tests.faults --repetitions $(FAULT_REPETITIONS)
 
 # Smoke-runs every benchmark with a small workload; figures go to stdout as JSON lines.
 BENCHES := store bus steps triage runs investigate ingest
