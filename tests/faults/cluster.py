@@ -89,6 +89,10 @@ class IraProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
+    def last_error(self) -> str:
+        errors = [line for line in self.log_path.read_text(errors="replace").splitlines() if '"ERROR"' in line]
+        return errors[-1][:500] if errors else "(no error logged)"
+
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
@@ -130,6 +134,8 @@ class Cluster:
             if self._closing:
                 return
             process.exits.append(code)
+            if code not in (0, -signal.SIGKILL):  # neither a clean stop nor a kill: a crash to explain
+                self.notes.append(f"{process.name} exited {code}: {process.last_error()}")
             await process.start(armed=False)
 
     async def kill_broker(self) -> None:
