@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ TUNING: dict[str, Any] = {
     "triage": {"noise": {"enabled": False}},
 }
 """Short leases and sessions: a case measures recovery in seconds, not in production minutes."""
+INGEST_LANDED = find_spec("ira.sources.accept") is not None
+"""The store-ack ingest and the scanner's re-sends are on this branch (issue 18's first half)."""
+if INGEST_LANDED:  # the scanner re-sends what was sent but never applied: within seconds here
+    TUNING["runtime"]["resend_after"] = "2s"
 
 
 def case_config(tmp: Path, extra: dict[str, Any] | None = None) -> Path:

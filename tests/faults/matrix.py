@@ -15,18 +15,14 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from pathlib import Path
 
 import httpx
 
 from tests.faults import invariants
-from tests.faults.cluster import Cluster, IraProcess, case_config, cluster
+from tests.faults.cluster import INGEST_LANDED, Cluster, IraProcess, case_config, cluster
 from tests.faults.invariants import Verdict
 from tests.faults.traffic import Sender, approve_when_asked, incident_payload
-
-INGEST_LANDED = find_spec("ira.sources.accept") is not None
-"""The store-ack ingest and the scanner's re-sends are on this branch (issue 18's first half)."""
 
 READY_WITHIN = 120.0
 SETTLE_WITHIN = 150.0
