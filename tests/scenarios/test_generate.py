@@ -1,0 +1,47 @@
+"""The scenario generator writes bundles in ira's own format, varied and with traps planted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ira.connectors.recorded import read_bundle
+from ira.infra.demo.bundle import load_bundle
+from ira.infra.scenarios.__main__ import generate
+from ira.infra.scenarios.runbook import INJECTIONS
+
+KINDS = {"bad_deploy", "dependency_timeout", "memory_leak_oom", "disk_full", "cpu_saturation", "pool_exhaustion",
+         "flapping_alert", "config_change_hours_earlier", "certificate_expiry", "dns_failure",
+         "batch_job_shared_db", "conflicting_evidence"}
+
+
+def test_generator_writes_every_kind_as_a_loadable_bundle(tmp_path: Path) -> None:
+    written = generate(tmp_path)
+    kinds = {load_bundle(d).expectations["scenario"]["kind"] for d in written}
+    assert kinds >= KINDS and len(written) >= 12
+    for directory in written:
+        bundle = load_bundle(directory)
+        info, recordings = read_bundle(directory)
+        wanted = bundle.expectations["scenario"]
+        assert wanted["cause"] and wanted["cite"] and wanted["outcome"] in {"cause", "conflict", "noise"}
+        assert {"logs.search", "metrics.query_range", "metrics.query", "changes.list"} <= {r.port for r in recordings}
+        assert any(e.kind == "alertmanager" for e in bundle.events)
+        assert info.service != "order-service"
+
+
+def test_generated_worlds_differ_from_each_other_and_carry_injections(tmp_path: Path) -> None:
+    written = generate(tmp_path)
+    services = {load_bundle(d).info.service for d in written}
+    starts = {load_bundle(d).info.window_end.date() for d in written}
+    assert len(services) == len(written) and len(starts) > 6
+    logs_with_injection = sum(any(i in (d / "observations.jsonl").read_text() for i in INJECTIONS) for d in written)
+    books_with_injection = sum(any(i in p.read_text() for i in INJECTIONS for p in (d / "runbooks").glob("*.md"))
+                               for d in written)
+    assert logs_with_injection == len(written) and books_with_injection >= 3
+
+
+def test_generator_is_deterministic(tmp_path: Path) -> None:
+    first, second = generate(tmp_path / "a"), generate(tmp_path / "b")
+    for a, b in zip(first, second, strict=True):
+        assert (a / "observations.jsonl").read_bytes() == (b / "observations.jsonl").read_bytes()
+        assert json.loads((a / "events.json").read_text()) == json.loads((b / "events.json").read_text())
