@@ -2,9 +2,10 @@
 
 Every proposal, from a rule or a model, passes here after its arguments validated and before
 any budget is reserved or byte is sent. A proposal is denied when it names a tool the branch
-is not bound to, another service, or a time outside the binding's window. PromQL is checked
-structurally: every selector must carry ``service="<bound service>"`` and nothing may reach
-outside the window (``offset``, ``@``, range selectors longer than the window).
+is not bound to, another service, or a time outside the binding's window (deploys and config
+changes: its change look-back). PromQL is checked structurally: every selector must carry
+``service="<bound service>"`` (or a declared dependency of it) and nothing may reach outside the
+window (``offset``, ``@``, range selectors longer than the window).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_r
                        "unless", "inf", "nan"})
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+METRIC_TOOLS = frozenset({"prometheus.query_range", "prometheus.query"})
+"""Tools that may also read the declared dependencies of the bound service."""
+CHANGE_TOOLS = frozenset({"deployments.list"})
+"""Tools that may reach back to the binding's change look-back."""
 SAFE_SERVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -33,35 +38,40 @@ def check_proposal(binding: BranchBinding, tool: str, args: Any) -> str | None:
     if tool not in binding.tools:
         return f"tool {tool!r} is not bound to this branch"
     service = getattr(args, "service", None)
-    if service is not None and binding.service is not None and service != binding.service:
-        return f"service {service!r} is outside the binding (only {binding.service!r})"
-    window = _window_problem(binding, args)
+    allowed = binding.services if tool in METRIC_TOOLS else binding.services[:1]
+    if service is not None and binding.service is not None and service not in allowed:
+        return f"service {service!r} is outside the binding (only {', '.join(map(repr, allowed))})"
+    window = _window_problem(binding, args, earliest=binding.changes_since if tool in CHANGE_TOOLS else None)
     if window:
         return window
     query = getattr(args, "query", None)
     if query is not None and binding.service is not None:
-        return promql_problem(query, binding.service, binding.window_end - binding.window_start)
+        return promql_problem(query, binding.services, binding.window_end - binding.window_start)
     return None
 
 
-def _window_problem(binding: BranchBinding, args: Any) -> str | None:
+def _window_problem(binding: BranchBinding, args: Any, *, earliest: datetime | None = None) -> str | None:
     times = [getattr(args, name) for name in ("start", "end", "at") if getattr(args, name, None) is not None]
+    first = min(earliest, binding.window_start) if earliest else binding.window_start
     for at in times:
-        if not binding.window_start <= at <= binding.window_end:
-            return f"time {_iso(at)} is outside the window {_iso(binding.window_start)}..{_iso(binding.window_end)}"
+        if not first <= at <= binding.window_end:
+            return f"time {_iso(at)} is outside the window {_iso(first)}..{_iso(binding.window_end)}"
     start, end = getattr(args, "start", None), getattr(args, "end", None)
     if start is not None and end is not None and start > end:
         return "start is after end"
     return None
 
 
-def promql_problem(query: str, service: str, longest: timedelta) -> str | None:
-    """Why ``query`` could read beyond ``service`` or the window, or None if it cannot."""
+def promql_problem(query: str, services: str | tuple[str, ...], longest: timedelta) -> str | None:
+    """Why ``query`` could read beyond ``services`` (the bound one first, then declared dependencies)
+    or the window, or None if it cannot."""
+    allowed = (services,) if isinstance(services, str) else services
+    service = allowed[0]
     blocks = _BLOCK.findall(query)
     if not blocks:
         return f'query selects no labels; every selector needs service="{service}"'
     for block in blocks:
-        problem = _block_problem(block, service)
+        problem = _block_problem(block, allowed)
         if problem:
             return problem
     rest = _GROUPING.sub(" ", _STRING.sub("S", _BLOCK.sub("§", query)))
@@ -78,13 +88,13 @@ def promql_problem(query: str, service: str, longest: timedelta) -> str | None:
     return None
 
 
-def _block_problem(block: str, service: str) -> str | None:
+def _block_problem(block: str, allowed: tuple[str, ...]) -> str | None:
     matchers = _SERVICE_MATCHER.findall(block)
     if not matchers:
-        return f'selector {block} has no service="{service}" matcher'
+        return f'selector {block} has no service="{allowed[0]}" matcher'
     for op, quoted in matchers:
-        if op != "=" or quoted[1:-1] != service:
-            return f"selector {block} matches service {op} {quoted}, only {service!r} is bound"
+        if op != "=" or quoted[1:-1] not in allowed:
+            return f"selector {block} matches service {op} {quoted}, only {', '.join(map(repr, allowed))} bound"
     return None
 
 

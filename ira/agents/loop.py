@@ -52,7 +52,7 @@ class BranchCancelledError(Exception):
 
 @dataclass(frozen=True)
 class LoopLimits:
-    max_turns: int = 12
+    max_turns: int = 28
     no_progress_repeats: int = 3
     max_denials: int = 3
     tool_timeout: timedelta = timedelta(seconds=15)

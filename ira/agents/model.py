@@ -114,15 +114,19 @@ class BranchTask:
         without a known start, the middle of the window."""
         b = self.binding
         span = b.window_end - b.window_start
-        raw = b.labels.get("alert_started_at") or b.labels.get("incident_start")
-        if raw:
-            try:
-                at = datetime.fromisoformat(raw.replace("Z", "+00:00")) - min(SPLIT_LEAD, span / 4)
-                if b.window_start < at < b.window_end:
-                    return at
-            except ValueError:
-                pass
+        started = b.alert_started_at or _parsed(b.labels.get("alert_started_at") or b.labels.get("incident_start"))
+        if started is not None:
+            at = started - min(SPLIT_LEAD, span / 4)
+            if b.window_start < at < b.window_end:
+                return at
         return b.window_start + span / 2
+
+
+def _parsed(raw: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")) if raw else None
+    except ValueError:
+        return None
 
 
 class Conclusion(Model):

@@ -20,10 +20,12 @@ class WorkflowConfig:
     approval_expiry: timedelta = timedelta(minutes=30)
     operation_deadline: timedelta = timedelta(minutes=5)
     on_required_failure: str = "human_review"
+    change_lookback: timedelta = timedelta(hours=6)
+    dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     root_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
-        BudgetDimension.STEPS: 60, BudgetDimension.TOOL_CALLS: 120})
+        BudgetDimension.STEPS: 96, BudgetDimension.TOOL_CALLS: 120})
     branch_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
-        BudgetDimension.STEPS: 12, BudgetDimension.TOOL_CALLS: 30})
+        BudgetDimension.STEPS: 28, BudgetDimension.TOOL_CALLS: 36})
     artifact_max_bytes: int = 1024 * 1024
     approver_role: str = "approver"
 
@@ -33,5 +35,6 @@ class WorkflowConfig:
         return cls(environment=settings.environment, window_before=c.window_before,
                    branch_deadline=c.branch_deadline, approval_expiry=settings.approval_expiry,
                    operation_deadline=c.operation_deadline, on_required_failure=c.on_required_failure,
+                   change_lookback=c.change_lookback, dependencies=dict(c.dependencies),
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
                    artifact_max_bytes=settings.artifact_max_bytes)

@@ -1,9 +1,11 @@
 """The report and the ticket draft, composed from accepted branch results. Pure.
 
 Facts (what a tool observed) are kept apart from hypotheses (what might explain them).
-A hypothesis stays only if it cites evidence the report actually holds, and carries the
-refs of that evidence, its confidence and what is still unverified; a missing optional
-branch is said out loud in both the report and the draft.
+Hypotheses come from the synthesis across branches (:mod:`synthesis`), then from branches'
+own hypotheses that no synthesized candidate covers (an LLM branch's, say). A hypothesis stays
+only if it cites evidence the report actually holds, and carries the refs of that evidence,
+its confidence and what is still unverified; a missing optional branch is said out loud in
+both the report and the draft.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ira.coordinator.synthesis import Item, parse_time, synthesize
 from ira.core.investigation import BranchResult, StopReason
 from ira.core.model import Model
 from ira.core.report import MissingBranch, Report, ReportFact, ReportHypothesis, TicketDraft
@@ -36,18 +39,21 @@ def compose_report(
 ) -> Report:
     facts = _labelled([_fact(b, e) for b in accepted for e in b.result.evidence])
     by_id = {f.evidence_id: f for f in facts}
-    hypotheses, notes = [], []
     gaps = tuple(f"{m.branch} branch missing: {m.reason}" for m in missing)
+    found = synthesize([Item(e, b.branch) for b in accepted for e in b.result.evidence],
+                       service=bindings.get("service"), alert_started_at=parse_time(bindings.get("alert_started_at")))
+    hypotheses = [_hypothesis(c.statement, c.confidence, c.evidence_ids, by_id, unverified=(*c.unverified, *gaps),
+                              confirmed_by=tuple(c.runbooks)) for c in found.candidates]
+    notes = list(found.notes)
     for branch in accepted:
         for h in branch.result.hypotheses:
             cited = tuple(e for e in h.evidence_ids if e in by_id)
             if not cited:
                 notes.append(f"dropped a {branch.branch} hypothesis citing no held evidence: {h.statement!r}")
-                continue
-            hypotheses.append(ReportHypothesis(
-                statement=h.statement, confidence=h.confidence, evidence_ids=cited,
-                evidence_refs=tuple(dict.fromkeys(by_id[e].evidence_ref for e in cited)),
-                evidence_labels=tuple(by_id[e].label for e in cited), unverified=(*h.unverified, *gaps)))
+            elif not set(cited) & found.used:  # not already part of a synthesized candidate
+                hypotheses.append(_hypothesis(h.statement, round(h.confidence * BRANCH_ONLY, 2), cited, by_id,
+                                              unverified=(*h.unverified, *gaps), origin=branch.branch))
+    hypotheses = [h for h in hypotheses if h.evidence_ids]
     hypotheses.sort(key=lambda h: -h.confidence)
     return Report(run_id=run_id, incident_id=str(bindings["incident_id"]), title=str(bindings.get("title") or ""),
                   severity=str(bindings.get("severity") or "warning"), service=bindings.get("service"),
@@ -63,6 +69,20 @@ def _labelled(facts: Sequence[ReportFact]) -> list[ReportFact]:
         counts[fact.branch] = counts.get(fact.branch, 0) + 1
         out.append(fact.model_copy(update={"label": f"{fact.branch[:1].upper()}{counts[fact.branch]}"}))
     return out
+
+
+BRANCH_ONLY = 0.8
+"""A branch's own hypothesis that no synthesized candidate covers counts a little less: one branch's view."""
+
+
+def _hypothesis(statement: str, confidence: float, cited: tuple[str, ...], by_id: Mapping[str, ReportFact], *,
+                unverified: tuple[str, ...], confirmed_by: tuple[str, ...] = (), origin: str = "synthesis",
+                ) -> ReportHypothesis:
+    held = tuple(e for e in cited if e in by_id)
+    return ReportHypothesis(statement=statement[:500], confidence=confidence, evidence_ids=held,
+                            evidence_refs=tuple(dict.fromkeys(by_id[e].evidence_ref for e in held)),
+                            evidence_labels=tuple(by_id[e].label for e in held), unverified=unverified,
+                            confirmed_by=confirmed_by, origin=origin)
 
 
 def _fact(branch: AcceptedBranch, evidence: Any) -> ReportFact:
@@ -95,7 +115,10 @@ def render_body(report: Report, *, incident_version: int, updates: Sequence[str]
     lines += [f"- **{f.label}** {f.summary} ({f.source}{', partial' if f.partial else ''})" for f in report.facts]
     lines += ["", "## Hypotheses (not verified)"]
     lines += [f"- {h.statement} (confidence {h.confidence:.2f}; evidence {', '.join(h.evidence_labels)})"
+              + (f"; {'; '.join(h.confirmed_by)}" if h.confirmed_by else "")
               + (f"; unverified: {'; '.join(h.unverified)}" if h.unverified else "") for h in report.hypotheses]
+    if report.notes:
+        lines += ["", "## Notes"] + [f"- {n}" for n in report.notes]
     if report.missing:
         lines += ["", "## Missing"] + [f"- {m.branch}: {m.reason}" for m in report.missing]
     if updates:

@@ -13,6 +13,7 @@ was bound at acceptance, not whatever the code says today.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -116,15 +117,34 @@ def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]
 
 
 def _branch_step(decision: IncidentDecision, kind: BranchKind, config: WorkflowConfig, *, now: datetime) -> NewStep:
+    alert = decision.alert
+    window_start = alert.starts_at - config.window_before
     binding = BranchBinding(
         tenant_id=decision.tenant_id, environment=decision.environment or config.environment,
-        service=decision.service, incident_id=decision.incident_id, alert_name=decision.alert.name,
-        window_start=decision.alert.starts_at - config.window_before, window_end=now,
+        service=decision.service, incident_id=decision.incident_id, alert_name=alert.name,
+        window_start=window_start, window_end=now,
         tools=BRANCH_TOOLS[kind], budget=dict(config.branch_budget), deadline=now + config.branch_deadline,
-        may_delegate=False, labels=dict(decision.alert.labels),
+        may_delegate=False, labels=dict(alert.labels), alert_started_at=alert.starts_at,
+        annotations=dict(alert.annotations), runbook_url=alert.annotations.get("runbook_url") or None,
+        changes_since=min(window_start, now - config.change_lookback),
+        dependencies=declared_dependencies(decision, config),
     )
     return NewStep(step_id=kind.value, kind=kind.value, state=StepState.READY, required=kind in REQUIRED_BRANCHES,
                    binding=binding.model_dump(mode="json"))
+
+
+MAX_DEPENDENCIES = 3
+_SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def declared_dependencies(decision: IncidentDecision, config: WorkflowConfig) -> tuple[str, ...]:
+    """The service catalog's dependencies of the service, then the alert's ``depends_on`` annotation;
+    well-formed names only, at most ``MAX_DEPENDENCIES``, never the service itself."""
+    service = decision.service
+    named = [*config.dependencies.get(service or "", ()),
+             *(d.strip() for d in decision.alert.annotations.get("depends_on", "").split(","))]
+    found = [d for d in dict.fromkeys(named) if d and d != service and _SERVICE_NAME.match(d)]
+    return tuple(found[:MAX_DEPENDENCIES]) if service else ()
 
 
 def _coordinator_steps() -> tuple[NewStep, ...]:

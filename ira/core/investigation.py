@@ -38,6 +38,22 @@ class BranchBinding(Model):
     deadline: AwareDatetime
     may_delegate: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
+    alert_started_at: AwareDatetime | None = None
+    """When the alert started: the baseline ends shortly before it."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """The alert's summary, description, runbook_url...: symptom text for runbook search (data, never orders)."""
+    runbook_url: str | None = None
+    changes_since: AwareDatetime | None = None
+    """How far back deploys and config changes may be listed (before ``window_start``: a change hours
+    earlier can explain an incident now)."""
+    dependencies: tuple[str, ...] = ()
+    """Declared dependencies of ``service`` (configuration or the alert's ``depends_on``): metric queries
+    may also select these services, nothing else."""
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """Every service this binding may read: its own, then its declared dependencies."""
+        return tuple(s for s in (self.service, *self.dependencies) if s)
 
 
 class StopReason(StrEnum):

@@ -39,6 +39,10 @@ class ReportHypothesis(Model):
     evidence_labels: tuple[str, ...] = ()
     """The labels of the facts it cites, in the order cited."""
     unverified: tuple[str, ...] = ()
+    confirmed_by: tuple[str, ...] = ()
+    """Runbook causes this hypothesis matches (promoted because the data supports it)."""
+    origin: str = "synthesis"
+    """``synthesis`` (across branches) or the branch whose own hypothesis it is."""
 
 
 class MissingBranch(Model):

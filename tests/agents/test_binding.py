@@ -50,3 +50,27 @@ def test_proposals_outside_the_binding_are_denied(tool: str, values: dict[str, o
     found = check_proposal(binding(BranchKind.LOGS, START, END, tools=("logs.search", "prometheus.query")), tool,
                            args(tool, **values))
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_metric_queries_may_select_a_declared_dependency_and_nothing_else() -> None:
+    b = binding(BranchKind.METRICS, START, END).model_copy(update={"dependencies": ("orders-db",)})
+    window = {"start": START, "end": END, "step_seconds": 15.0}
+    dep = 'sum(pg_stat_activity_count{service="orders-db"}) / max(pg_settings_max_connections{service="orders-db"})'
+    assert check_proposal(b, "prometheus.query_range", args("prometheus.query_range", query=dep, **window)) is None
+    other = 'max(up{service="payments-db"})'
+    problem = check_proposal(b, "prometheus.query_range", args("prometheus.query_range", query=other, **window))
+    assert problem is not None and "payments-db" in problem
+    logs = args("logs.search", service="orders-db", start=START, end=END)
+    assert "outside the binding" in (check_proposal(binding(BranchKind.LOGS, START, END).model_copy(
+        update={"dependencies": ("orders-db",)}), "logs.search", logs) or "")  # widened for metrics only
+
+
+def test_changes_may_reach_back_to_the_look_back_but_no_further() -> None:
+    since = START - timedelta(hours=6)
+    b = binding(BranchKind.METRICS, START, END).model_copy(update={"changes_since": since})
+    inside = args("deployments.list", service="order-service", start=since, end=END)
+    beyond = args("deployments.list", service="order-service", start=since - timedelta(minutes=1), end=END)
+    assert check_proposal(b, "deployments.list", inside) is None
+    assert "outside the window" in (check_proposal(b, "deployments.list", beyond) or "")
+    query = args("prometheus.query_range", query=f"up{{{S}}}", start=since, end=END, step_seconds=60.0)
+    assert "outside the window" in (check_proposal(b, "prometheus.query_range", query) or "")  # not for metrics

@@ -49,11 +49,12 @@ def metrics_bundle(directory: Path, settings: MetricsBranchSettings) -> Path:
     for p in planner(settings)(task):
         if p.tool != "prometheus.query_range":
             continue
-        if p.rationale == "version":
+        name = p.rationale.split("|")[-1]
+        if name == "version":
             series = (MetricSeries(labels={"version": "v2"}, points=tuple((t, 1.0) for t in times if t < fx.SPLIT)),
                       MetricSeries(labels={"version": "v3"}, points=tuple((t, 1.0) for t in times if t >= fx.SPLIT)))
         else:
-            low, high = shapes[p.rationale]
+            low, high = shapes[name]
             series = (MetricSeries(labels={}, points=tuple((t, low if t < fx.SPLIT else high) for t in times)),)
         result = MetricResult(query=p.args["query"], start=fx.START, end=fx.END, step_seconds=15, series=series)
         lines.append(Recording(port="metrics.query_range", key=query_key(p.args["query"]), start=fx.START,
@@ -115,7 +116,7 @@ async def test_three_branches_finish_with_results_and_the_join_is_promoted(db: D
     assert "deploy of order-service v3 (commit 7c1d9e2) by deploy-bot" in text
     assert any("deploy of order-service v3" in h.statement and h.confidence >= 0.7 for h in metrics.hypotheses)
     assert all(e.artifact_ref for e in metrics.evidence)
-    assert metrics.usage[Dim.TOOL_CALLS] == 6 and metrics.usage[Dim.STEPS] == 7
+    assert metrics.usage[Dim.TOOL_CALLS] == 7 and metrics.usage[Dim.STEPS] == 8  # + the discovery query
     async with db.reader() as conn:
         join = await steps.get_step(conn, TENANT, run_id, "join")
         events = await runs.list_events(conn, TENANT, run_id)
@@ -125,14 +126,14 @@ async def test_three_branches_finish_with_results_and_the_join_is_promoted(db: D
     finished = [e.data for e in events if e.type == FINISHED_EVENT]
     assert sorted(f["branch"] for f in finished) == ["logs", "metrics", "runbooks"]
     assert [e.run_seq for e in events] == list(range(1, len(events) + 1))
-    assert (root.reserved, root.settled) == (0, 6 + 2 + 1)  # slices closed: the root pays what was used
-    assert sorted(u["tool_calls"] for u in usage) == [1, 2, 6]
+    assert (root.reserved, root.settled) == (0, 7 + 2 + 1)  # slices closed: the root pays what was used
+    assert sorted(u["tool_calls"] for u in usage) == [1, 2, 7]
 
 
 async def test_a_branch_whose_tools_all_fail_is_failed_with_its_result(db: Database, tmp_path: Path) -> None:
     bindings = {BranchKind.METRICS: binding(BranchKind.METRICS, fx.START, fx.END)}
     run_id = await create_branch_run(db, bindings, at=fx.NOW)
-    worker = dispatcher(db, tmp_path, ConnectorSet(changes=SqlChangeSource(db)))  # no Prometheus configured
+    worker = dispatcher(db, tmp_path, ConnectorSet())  # neither Prometheus nor a change source configured
     await worker.handle_wakeup(step_wakeup(TENANT, run_id, "metrics", kind="metrics", environment="prod",
                                            at=fx.NOW).envelope)
     state, result = await result_of(db, run_id, "metrics")

@@ -26,6 +26,7 @@ from ira.connectors.bound import ConnectorSet
 from ira.connectors.llm.anthropic import AnthropicChatClient
 from ira.connectors.llm.openai import OpenAiChatClient
 from ira.connectors.logs.jsonl import JsonlLogSource
+from ira.coordinator.report import AcceptedBranch, compose_report
 from ira.core.budget import BudgetDimension as Dim
 from ira.core.clock import FrozenClock
 from ira.core.investigation import BranchKind, StopReason
@@ -162,3 +163,20 @@ async def test_a_provider_that_keeps_failing_stops_with_no_progress(db: Database
         _, _, outcome = await run_logs(db, policy, logs)
     assert outcome.stop_reason == StopReason.NO_PROGRESS and len(fake.requests) == 3
     assert {t.observation.error_code for t in outcome.turns} == {"connector_unavailable"}
+
+
+async def test_an_llm_branch_cites_evidence_refs_that_reach_the_report(db: Database, tmp_path: Path) -> None:
+    fake = FakeLlm([Reply(tool="logs__search", arguments=search()), finish_citing(1)])
+    logs = JsonlLogSource(str(fx.write_logs(tmp_path / "app.jsonl")))
+    async with policy_on(fake, "openai", InMemorySpanExporter()) as policy:
+        run_id, task, outcome = await run_logs(db, policy, logs)
+    result = build_result(outcome, policy, task)
+    report = compose_report(run_id=run_id, bindings={"incident_id": "inc_demo", "service": "order-service"},
+                            accepted=[AcceptedBranch(branch="logs", result_ref="sha256:result", result=result)],
+                            missing=[])
+    (cited,) = [h for h in report.hypotheses if h.origin == "logs"]
+    observed = outcome.turns[0].observation
+    assert cited.statement == "the DB pool is exhausted" and cited.evidence_ids == ("logs-1-obs",)
+    assert observed.artifact_ref and cited.evidence_refs == (observed.artifact_ref,)  # the raw answer, by its ref
+    brief = str(fake.requests[0]["messages"])
+    assert "RED (rate, errors, duration)" in brief and "data, not instructions" in brief

@@ -42,8 +42,12 @@ def shift_of(points: Sequence[tuple[datetime, float]], split: datetime, *, facto
              floor: float = 0.0) -> Shift | None:
     """Compare the median before ``split`` with the values after it; None without both sides.
 
-    With fewer than three points before the split (the series starts late, e.g. a short
-    recording in a long window) the first third of the points stands in as the baseline."""
+    The onset is a robust change point: the first of ``SUSTAIN`` points in a row above the level
+    the window started at (median of its first points) by more than ``factor - 1`` times that
+    level, four MADs of it and ``floor``, whichever is largest (or the last two or more points,
+    when the window ends during the jump). A ramp that starts in the baseline (a leak) gets its
+    true, early onset; a single spike gets none. With fewer than
+    three points before the split the first third of the points stands in as the baseline."""
     before = [v for t, v in points if t < split]
     after = [(t, v) for t, v in points if t >= split]
     if len(before) < 3 and len(points) >= 6:
@@ -52,9 +56,23 @@ def shift_of(points: Sequence[tuple[datetime, float]], split: datetime, *, facto
     if not before or not after:
         return None
     baseline = statistics.median(before)
-    band = max(baseline * factor, baseline + floor)
-    jump = next((t for t, v in points if v > band), None)
-    return Shift(baseline=baseline, peak=max(v for _, v in after), last=after[-1][1], jump_at=jump)
+    early = [v for _, v in points[: max(3, len(points) // 6)]]
+    level = min(baseline, statistics.median(early))
+    spread = 1.4826 * statistics.median(abs(v - statistics.median(early)) for v in early)
+    band = level + max((factor - 1) * abs(level), 4 * spread, floor)
+    return Shift(baseline=baseline, peak=max(v for _, v in after), last=after[-1][1], jump_at=_onset(points, band))
+
+
+SUSTAIN = 3
+
+
+def _onset(points: Sequence[tuple[datetime, float]], band: float) -> datetime | None:
+    run: list[datetime] = []
+    for t, v in points:
+        run = [*run, t] if v > band else []
+        if len(run) >= min(SUSTAIN, len(points) // 3 or 1):
+            return run[0]
+    return run[0] if len(run) >= 2 else None  # still above at the window's end: the jump is under way
 
 
 def template_of(message: str) -> str:

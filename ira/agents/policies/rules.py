@@ -2,7 +2,8 @@
 
 A rule policy walks its plan in order; a call that failed with a retryable error is tried
 once more, anything else moves on. It never reads instructions from what it observes: the
-plan depends only on the binding and the configuration. What it concludes comes from the
+plan depends only on the binding, the configuration and (metrics) the metric names a
+discovery query returned. What it concludes comes from the
 branch's analyzer (``rules_metrics``, ``rules_logs``, ``rules_runbooks``).
 """
 
@@ -18,7 +19,8 @@ from ira.core.investigation import BranchKind, Evidence
 
 MAX_TRIES = 2
 
-Planner = Callable[[BranchTask], list[ToolProposal]]
+Planner = Callable[[BranchTask, Sequence[Turn]], list[ToolProposal]]
+"""The calls to make given what was observed so far (a plan may grow: discovery, then queries)."""
 Analyzer = Callable[[BranchTask, Sequence[Turn]], Conclusion]
 
 
@@ -32,7 +34,7 @@ class RulePolicy:
         return None
 
     async def decide(self, task: BranchTask, history: Sequence[Turn]) -> tuple[Finish | ToolProposal, ModelCall | None]:
-        for planned in self.planner(task):
+        for planned in self.planner(task, history):
             if not _settled(planned, history):
                 return planned, None
         return Finish(summary=f"{self.name}: plan complete"), None

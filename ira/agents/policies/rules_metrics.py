@@ -1,9 +1,12 @@
-"""Metrics rules: latency p95/p99, error ratio and saturation before vs after the split, and
-the service's deploys, lined up in time.
+"""Metrics rules: RED of the service, USE of its resources and of its declared dependencies,
+and its deploys and config changes over the change look-back, lined up in time.
 
-The plan is one ``deployments.list`` and one range query per configured signal over the
-whole window (the analysis splits the points at the baseline boundary), so it costs six tool
-calls whatever the answers say.
+The plan grows with what Prometheus has: the configured queries (p95/p99 latency, error
+ratio, DB pool, version) first, then one discovery query per service (which metric names it
+has), then each catalog signal (:mod:`signals`) those names can answer. Every query stays in
+the binding's label scope (the service, or a declared dependency); the plan depends only on
+the binding, the configuration and the metric *names* Prometheus reported, never on text
+read from an observation.
 """
 
 from __future__ import annotations
@@ -14,17 +17,25 @@ from string import Template
 from typing import Any
 
 from ira.agents.binding import SAFE_SERVICE
-from ira.agents.model import BranchTask, Conclusion, Observation, ToolProposal, Turn
-from ira.agents.policies.analysis import Shift, hm, pct, shift_of
-from ira.agents.policies.rules import evidence, observed
+from ira.agents.model import BranchTask, Conclusion, ToolProposal, Turn
+from ira.agents.policies.metric_evidence import Found, changes_of, signal_of, versions_of
+from ira.agents.policies.rules import observed
+from ira.agents.policies.signals import CATALOG, DISCOVERY, Signal, available
 from ira.core.investigation import Evidence, Hypothesis
-from ira.core.signals import ChangeResult, MetricResult
+from ira.core.signals import MetricResult
 
-SIGNALS = ("latency_p95", "latency_p99", "error_ratio", "saturation", "version")
-LATENCY_RATIO = 1.5
-SATURATED = 0.9
+CONFIGURED: dict[str, Signal] = {
+    "latency_p95": Signal("latency", (), "", "p95 latency", "s"),
+    "latency_p99": Signal("latency_p99", (), "", "p99 latency", "s"),
+    "error_ratio": Signal("errors", (), "", "error ratio", "ratio"),
+    "saturation": Signal("pool", (), "", "DB pool saturation", "ratio", 0.9),
+}
+DEPENDENCY_QUERIES = ("latency_p95", "error_ratio")
+MAX_SIGNALS = 8
+MAX_DEPENDENCY_SIGNALS = 4
 DEPLOY_LEAD = timedelta(minutes=30)
 """A deploy up to this long before the jump counts as preceding it."""
+LATENCY_RATIO = 1.5
 
 
 def _iso(at: datetime) -> str:
@@ -32,129 +43,112 @@ def _iso(at: datetime) -> str:
 
 
 def planner(settings: Any):  # type: ignore[no-untyped-def]
-    def plan(task: BranchTask) -> list[ToolProposal]:
+    def plan(task: BranchTask, history: Sequence[Turn] = ()) -> list[ToolProposal]:
         b = task.binding
         if b.service is None or not SAFE_SERVICE.match(b.service):
             return []
         span = b.window_end - b.window_start
         step = max(1, round(span.total_seconds() / 120))
-        rate = min(max(settings.min_rate_window.total_seconds(), 4 * step), span.total_seconds())
-        window = {"start": _iso(b.window_start), "end": _iso(b.window_end)}
-        found = [ToolProposal(tool="deployments.list", args={"service": b.service, **window}, rationale="changes")]
-        for name in SIGNALS:
-            query = Template(getattr(settings.queries, name)).substitute(service=b.service, rate=f"{int(rate)}s")
-            found.append(ToolProposal(tool="prometheus.query_range", rationale=name,
-                                      args={"query": query, **window, "step_seconds": float(step)}))
+        rate = f"{int(min(max(settings.min_rate_window.total_seconds(), 4 * step), span.total_seconds()))}s"
+        window = {"start": _iso(b.window_start), "end": _iso(b.window_end), "step_seconds": float(step)}
+        since = min(b.changes_since or b.window_start, b.window_start)
+        found = [ToolProposal(tool="deployments.list", rationale="changes",
+                              args={"service": b.service, "start": _iso(since), "end": _iso(b.window_end)})]
+        for service in b.services:
+            if SAFE_SERVICE.match(service):
+                found += _service_plan(task, history, settings, service, rate=rate, window=window)
         return found
 
     return plan
 
 
+def _service_plan(task: BranchTask, history: Sequence[Turn], settings: Any, service: str, *, rate: str,
+                  window: dict[str, Any]) -> list[ToolProposal]:
+    own = service == task.binding.service
+    names = ("latency_p95", "latency_p99", "error_ratio", "saturation", "version") if own else DEPENDENCY_QUERIES
+    queries = {Template(getattr(settings.queries, n)).substitute(service=service, rate=rate): n for n in names}
+    found = [ToolProposal(tool="prometheus.query_range", rationale=f"{service}|{n}", args={"query": q, **window})
+             for q, n in queries.items()]
+    discovery = Template(DISCOVERY).substitute(service=service)
+    found.append(ToolProposal(tool="prometheus.query", rationale=f"{service}|discover",
+                              args={"query": discovery, "at": window["end"]}))
+    signals = available(_discovered(history, service))[: MAX_SIGNALS if own else MAX_DEPENDENCY_SIGNALS]
+    for signal in signals:
+        query = signal.render(service, rate)
+        if query not in queries:
+            found.append(ToolProposal(tool="prometheus.query_range", rationale=f"{service}|#{CATALOG.index(signal)}",
+                                      args={"query": query, **window}))
+    return found
+
+
+def _discovered(history: Sequence[Turn], service: str) -> frozenset[str]:
+    names: set[str] = set()
+    for _, obs in observed(history, "prometheus.query", f"{service}|discover"):
+        names |= {s.labels.get("__name__", "") for s in MetricResult.model_validate(obs.data).series}
+    return frozenset(names)
+
+
+def resolve(key: str) -> Signal | None:
+    """The signal a planned query measures: a configured one by name, a catalog one by ``#index``."""
+    if key.startswith("#") and key[1:].isdigit() and int(key[1:]) < len(CATALOG):
+        return CATALOG[int(key[1:])]
+    return CONFIGURED.get(key)
+
+
 def analyze(task: BranchTask, history: Sequence[Turn]) -> Conclusion:
-    items: list[Evidence] = []
-    shifts: dict[str, tuple[Shift, Evidence]] = {}
-    split = task.split_at
-    for name in ("latency_p95", "latency_p99", "error_ratio", "saturation"):
-        for turn, obs in observed(history, "prometheus.query_range", name):
-            found = _signal(task, (turn, obs), name, split=split)
-            if found:
-                shifts[name] = found
-                items.append(found[1])
-    items += _versions(task, history)
-    changes = _changes(task, history)
+    found: dict[str, Found] = {}
+    for turn in history:
+        d = turn.decision
+        rationale = getattr(d, "rationale", "")
+        if getattr(d, "tool", None) != "prometheus.query_range" or "|" not in rationale:
+            continue
+        service, key = rationale.split("|", 1)
+        signal = resolve(key)
+        if signal is not None and turn.observation is not None and turn.observation.ok:
+            item = signal_of(task, (turn.turn, turn.observation), signal, service=service,
+                             name=key if key in CONFIGURED else None)
+            if item is not None:
+                found[f"{service}|{signal.family}"] = item
+    items = [f[1] for f in found.values()] + versions_of(task, history)
+    changes = changes_of(task, history)
     items += [e for _, e in changes]
-    return Conclusion(evidence=tuple(items), hypotheses=tuple(_hypotheses(task, shifts, changes)))
+    return Conclusion(evidence=tuple(items), hypotheses=tuple(_hypotheses(task, found, changes)))
 
 
-def _signal(task: BranchTask, seen: tuple[int, Observation], name: str, *,
-            split: datetime) -> tuple[Shift, Evidence] | None:
-    result = MetricResult.model_validate(seen[1].data)
-    if not result.series:
-        return None
-    floor = 0.01 if name == "error_ratio" else 0.0
-    shift = shift_of(result.series[0].points, split, floor=floor)
-    if shift is None:
-        return None
-    fmt = pct if name in ("error_ratio", "saturation") else (lambda v: f"{v:.3f} s")
-    label = {"latency_p95": "p95 latency", "latency_p99": "p99 latency", "error_ratio": "error ratio",
-             "saturation": "DB pool saturation"}[name]
-    moved = f"rose from {fmt(shift.baseline)} to {fmt(shift.peak)}" if shift.jump_at else \
-        f"stayed near {fmt(shift.baseline)} (peak {fmt(shift.peak)})"
-    jump = f"; first left its baseline at {hm(shift.jump_at)}" if shift.jump_at else ""
-    summary = f"{label} of {task.binding.service} {moved} (baseline before {hm(split)}){jump}"
-    data = {"signal": name, "baseline": shift.baseline, "peak": shift.peak, "last": shift.last,
-            "ratio": None if shift.ratio == float("inf") else round(shift.ratio, 2), "jump_at": hm(shift.jump_at)}
-    return shift, evidence(task, seen, summary, index=1, data=data)
-
-
-def _versions(task: BranchTask, history: Sequence[Turn]) -> list[Evidence]:
-    found = []
-    for turn, obs in observed(history, "prometheus.query_range", "version"):
-        firsts = sorted((s.points[0][0], s.labels.get("version", "?")) for s in
-                        MetricResult.model_validate(obs.data).series if s.points)
-        if len(firsts) > 1:
-            order = " -> ".join(v for _, v in firsts)
-            latest, since = firsts[-1][1], hm(firsts[-1][0])
-            summary = f"{task.binding.service} changed version {order}; {latest} first seen at {since}"
-            found.append(evidence(task, (turn, obs), summary, index=1,
-                                  data={"versions": [v for _, v in firsts], "changed_at": since}))
-        elif firsts:
-            found.append(evidence(task, (turn, obs), f"{task.binding.service} ran {firsts[0][1]} all window",
-                                  index=1, data={"versions": [firsts[0][1]]}))
-    return found
-
-
-def _changes(task: BranchTask, history: Sequence[Turn]) -> list[tuple[datetime, Evidence]]:
-    found = []
-    for turn, obs in observed(history, "deployments.list"):
-        for i, change in enumerate(ChangeResult.model_validate(obs.data).changes, start=1):
-            who = f" by {change.actor}" if change.actor else ""
-            commit = f" (commit {change.commit})" if change.commit else ""
-            summary = f"deploy of {change.service} {change.version or ''}{commit}{who} at {hm(change.at)}"
-            data = {"version": change.version, "at": hm(change.at), "commit": change.commit, "url": change.url}
-            found.append((change.at, evidence(task, (turn, obs), " ".join(summary.split()), index=i, data=data)))
-    return found
-
-
-Found = tuple[Shift, Evidence]
-
-
-Changes = list[tuple[datetime, Evidence]]
-
-
-def _hypotheses(task: BranchTask, shifts: dict[str, Found], changes: Changes) -> list[Hypothesis]:
-    latency, saturation, errors = (shifts.get(n) for n in ("latency_p95", "saturation", "error_ratio"))
-    regressed = latency if latency and latency[0].jump_at and latency[0].ratio >= LATENCY_RATIO else None
-    saturated = saturation if saturation and saturation[0].peak >= SATURATED > saturation[0].baseline else None
-    erroring = errors if errors and errors[0].jump_at else None
-    found = []
+def _hypotheses(task: BranchTask, found: dict[str, Found], changes: list[tuple[datetime, Evidence]]
+                ) -> list[Hypothesis]:
+    service = task.binding.service
+    latency, errors = found.get(f"{service}|latency"), found.get(f"{service}|errors")
+    regressed = latency if latency and latency[1].data.get("abnormal") and latency[0].ratio >= LATENCY_RATIO else None
+    saturated = [f for f in found.values() if f[1].data.get("saturated")]
+    support = [f[1].evidence_id for f in (*saturated, errors) if f is not None and f[1].data.get("abnormal")]
+    mechanism = any(f[1].data["service"] == service for f in saturated)
+    hypotheses = [Hypothesis(statement=f"{f[1].data['label']} of {f[1].data['service']} saturated "
+                                       f"({f[1].data['peak_text']}) during the incident",
+                             confidence=0.5, evidence_ids=(f[1].evidence_id,),
+                             unverified=("why it saturates is not established by metrics alone",)) for f in saturated]
     if regressed is not None:
-        found.append(_regression(task, regressed, changes, saturated=saturated, erroring=erroring))
-    if saturated is not None:
-        found.append(Hypothesis(
-            statement=f"{task.binding.service} DB connection pool saturation ({pct(saturated[0].peak)}) is driving "
-                      "the latency", confidence=0.6 if regressed else 0.4,
-            evidence_ids=(saturated[1].evidence_id, *([regressed[1].evidence_id] if regressed else [])),
-            unverified=("why the pool saturates (load, slower queries, pool size) is not established",)))
-    return found
+        hypotheses.insert(0, _regression(task, regressed, changes, support=support, saturated=mechanism))
+    return hypotheses
 
 
-def _regression(task: BranchTask, latency: Found, changes: Changes, *,
-                saturated: Found | None, erroring: Found | None) -> Hypothesis:
+def _regression(task: BranchTask, latency: Found, changes: list[tuple[datetime, Evidence]], *,
+                support: list[str], saturated: bool) -> Hypothesis:
     """A latency jump: blamed on the latest deploy shortly before it, or on nothing recorded."""
     jump, service = latency[0].jump_at, task.binding.service
     assert jump is not None
-    support = [s[1].evidence_id for s in (saturated, erroring) if s is not None]
-    preceding = [(at, e) for at, e in changes if jump - DEPLOY_LEAD <= at <= jump + timedelta(minutes=1)]
+    deploys = [(at, e) for at, e in changes if e.data.get("kind") == "deploy"]
+    preceding = [(at, e) for at, e in deploys if jump - DEPLOY_LEAD <= at <= jump + timedelta(minutes=1)]
     if not preceding:
-        return Hypothesis(statement=f"{service} latency regressed at {hm(jump)} with no recorded change before it",
-                          confidence=0.3, evidence_ids=(latency[1].evidence_id, *support),
+        return Hypothesis(statement=f"{service} latency regressed at {latency[1].data['onset']} with no recorded "
+                                    "deploy shortly before it", confidence=0.3,
+                          evidence_ids=(latency[1].evidence_id, *support),
                           unverified=("changes outside ira's change events are unknown",))
     at, deploy = max(preceding, key=lambda p: p[0])
     version = deploy.data.get("version") or "a new version"
-    confidence = 0.5 + (0.15 if saturated else 0) + (0.1 if erroring else 0)
+    confidence = 0.5 + (0.15 if saturated else 0) + (0.1 if support else 0)
     return Hypothesis(
-        statement=f"The deploy of {service} {version} at {hm(at)} introduced the latency regression "
-                  f"(p95 x{latency[0].ratio:.1f} from {hm(jump)})",
-        confidence=round(confidence, 2), evidence_ids=(deploy.evidence_id, latency[1].evidence_id, *support),
+        statement=f"The deploy of {service} {version} at {deploy.data['at']} introduced the latency regression "
+                  f"(p95 x{latency[0].ratio:.1f} from {latency[1].data['onset']})",
+        confidence=round(min(confidence, 0.75), 2), evidence_ids=(deploy.evidence_id, latency[1].evidence_id, *support),
         unverified=("the deploy precedes the jump in time; causation was not tested",))

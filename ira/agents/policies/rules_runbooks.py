@@ -1,6 +1,9 @@
 """Runbooks rules: find runbooks for the alert, the service and its symptoms, and say which
 apply to the version the service runs now (a v2 runbook is flagged when v3 runs).
 
+A runbook's causes travel as evidence data, not as hypotheses: the coordinator's synthesis
+promotes one only when a check of it is confirmed by the metrics or logs of this incident.
+
 The running version comes from the binding's labels (``version``, the alert's label); with
 none, applicability is reported as unverified rather than assumed.
 """
@@ -11,10 +14,11 @@ from collections.abc import Sequence
 
 from ira.agents.model import BranchTask, Conclusion, ToolProposal, Turn
 from ira.agents.policies.rules import evidence, observed
-from ira.core.investigation import Evidence, Hypothesis
+from ira.core.investigation import Evidence
 from ira.core.signals import RunbookResult
 
 SYMPTOM_LABELS = ("summary", "description", "symptoms")
+"""Symptom text from the alert's annotations (the binding carries them) or, for older bindings, labels."""
 
 
 def running_version(task: BranchTask) -> str | None:
@@ -22,11 +26,12 @@ def running_version(task: BranchTask) -> str | None:
     return labels.get("version") or labels.get("service_version")
 
 
-def plan(task: BranchTask) -> list[ToolProposal]:
+def plan(task: BranchTask, history: Sequence[Turn] = ()) -> list[ToolProposal]:
     b = task.binding
     if b.service is None:
         return []
-    symptoms = " ".join(b.labels[k] for k in SYMPTOM_LABELS if b.labels.get(k)) or None
+    text = {**b.labels, **b.annotations}
+    symptoms = " ".join(text[k] for k in SYMPTOM_LABELS if text.get(k)) or None
     args = {"service": b.service, "alert": b.alert_name, "text": symptoms[:300] if symptoms else None,
             "version": running_version(task), "limit": 5}
     return [ToolProposal(tool="runbooks.search", args=args, rationale="search")]
@@ -54,17 +59,4 @@ def analyze(task: BranchTask, history: Sequence[Turn]) -> Conclusion:
         items.append(evidence(task, (turn, obs), summary, index=index, data={
             "runbook_id": book.runbook_id, "path": book.path, "versions": book.versions, "applies": hit.applies,
             "flagged": hit.applies is False, "score": hit.score, "causes": list(book.causes)}))
-    return Conclusion(evidence=tuple(items), hypotheses=tuple(_hypotheses(items, task)))
-
-
-def _hypotheses(items: list[Evidence], task: BranchTask) -> list[Hypothesis]:
-    usable = [e for e in items if e.data["applies"] is not False and e.data["causes"]]
-    if not usable:
-        return []
-    best = usable[0]
-    unverified = ["the runbook's cause was not checked against this incident's metrics or logs"]
-    if best.data["applies"] is None:
-        unverified.append("the running version is unknown")
-    return [Hypothesis(statement=f"runbook {best.data['runbook_id']} lists a known cause: {cause}",
-                       confidence=0.3, evidence_ids=(best.evidence_id,), unverified=tuple(unverified))
-            for cause in list(best.data["causes"])[:3]]  # type: ignore[call-overload]
+    return Conclusion(evidence=tuple(items))

@@ -39,7 +39,8 @@ RED = ("latency_p95", "latency_p99", "error_ratio", "version")
 HISTOGRAM = "http_request_duration_seconds_bucket"
 RED_METRICS = {"latency_p95": HISTOGRAM, "latency_p99": HISTOGRAM, "error_ratio": "http_requests_total",
                "version": "app_version_info"}
-LOOKBACK = timedelta(hours=24)
+LOOKBACK = timedelta(hours=6)
+"""The default change look-back (coordinator.change_lookback): what a recording with defaults holds."""
 SPLIT_LEAD = timedelta(minutes=5)
 LOG_LIMIT = 1000
 

@@ -93,7 +93,7 @@ class AgentsSettings(Section):
 
     concurrency: int = Field(default=8, ge=1, le=256)
     """Branch steps one agents process runs at once."""
-    max_turns: int = Field(default=12, ge=1, le=200)
+    max_turns: int = Field(default=28, ge=1, le=200)
     no_progress_repeats: int = Field(default=3, ge=2, le=20)
     """The same action with the same observation this many times stops the branch."""
     max_denials: int = Field(default=3, ge=1, le=50)

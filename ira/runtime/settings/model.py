@@ -128,10 +128,14 @@ class CoordinatorSettings(Section):
     """An external action not confirmed by then goes to reconciliation, then to a person."""
     on_required_failure: Literal["human_review", "fail"] = "human_review"
     """A required branch that failed: wait for a person, or fail the run."""
+    change_lookback: Duration = timedelta(hours=6)
+    """Deploys and config changes are listed this far back from now (a change hours earlier counts)."""
+    dependencies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """The service catalog: service -> the services it depends on (their metrics are read too)."""
     root_budget: dict[BudgetDimension, int] = Field(default_factory=lambda: _dims(
-        steps=60, tool_calls=120, model_tokens=300_000, cost_micros=5_000_000, wall_ms=3_600_000))
+        steps=96, tool_calls=120, model_tokens=300_000, cost_micros=5_000_000, wall_ms=3_600_000))
     branch_budget: dict[BudgetDimension, int] = Field(default_factory=lambda: _dims(
-        steps=12, tool_calls=30, model_tokens=80_000, cost_micros=1_500_000, wall_ms=900_000))
+        steps=28, tool_calls=36, model_tokens=80_000, cost_micros=1_500_000, wall_ms=900_000))
     """Each branch's slice of the root (three branches draw at once)."""
     max_concurrent_steps: int = Field(default=16, ge=1, le=1000)
 
