@@ -111,16 +111,22 @@ class BranchHandler:
                                     usage=usage | {k.value: v for k, v in totals.items()})
 
 
+NOT_CONFIGURED = "not_configured"
+
+
 def build_result(outcome: LoopOutcome, policy: Policy, task: BranchTask) -> BranchResult:
     """Evidence from what was observed, whatever stopped the loop (partial evidence counts)."""
     conclusion = policy.conclude(task, outcome.turns)
     reason, error = outcome.stop_reason, outcome.error
     failures = sorted({t.observation.error_code for t in outcome.turns
                        if t.observation is not None and not t.observation.ok and t.observation.error_code})
-    if reason is StopReason.DONE and not conclusion.evidence and failures:
+    if reason in (StopReason.DONE, StopReason.NO_PROGRESS) and not conclusion.evidence and failures:
         reason, error = StopReason.ERROR, "no evidence; tool errors: " + ", ".join(failures)
+    gap = None
+    if not conclusion.evidence and failures == [NOT_CONFIGURED]:
+        gap = f"no source is configured for {', '.join(task.binding.tools)}"
     return BranchResult(branch=task.kind, stop_reason=reason, evidence=conclusion.evidence,
-                        hypotheses=_cited(conclusion), error=error)
+                        hypotheses=_cited(conclusion), error=error, gap=gap)
 
 
 def _cited(conclusion: Conclusion) -> tuple[Any, ...]:

@@ -70,6 +70,9 @@ class LoopOutcome:
 class _State:
     turns: list[Turn]
     seen: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+    """Identical failures (tool, error code, message), whatever the arguments: a source that is not
+    configured or keeps refusing stops the branch after ``no_progress_repeats`` of them too."""
     denials: int = 0
 
     def add(self, turn: Turn) -> None:
@@ -79,6 +82,8 @@ class _State:
             self.denials += 1
         if not isinstance(turn.decision, Finish):
             self.seen[_fingerprint(turn)] += 1
+        if obs is not None and not obs.ok and obs.error_code not in (execute.DENIED, None):
+            self.failures[f"{obs.tool}|{obs.error_code}|{obs.error_message}"] += 1
 
 
 def _fingerprint(turn: Turn) -> str:
@@ -225,7 +230,8 @@ def _charge_decision(holds: TurnHolds, model_call: ModelCall | None) -> None:
 def _stopped(state: _State, limits: LoopLimits) -> StopReason | None:
     if state.turns and isinstance(state.turns[-1].decision, Finish):
         return StopReason.DONE
-    if state.seen and max(state.seen.values()) >= limits.no_progress_repeats:
+    repeats = max((*state.seen.values(), *state.failures.values()), default=0)
+    if repeats >= limits.no_progress_repeats:
         return StopReason.NO_PROGRESS
     if state.denials >= limits.max_denials:
         return StopReason.DENIED

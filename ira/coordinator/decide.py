@@ -52,7 +52,9 @@ def assess_branch(step: Step, result: BranchResult | None) -> BranchOutcome:
     """Accepted only if DONE with evidence, for this branch, from the branch's own tools."""
     reason = _rejection(step, result)
     status = BranchStatus.ACCEPTED if reason is None else (
-        BranchStatus.FAILED if step.required else BranchStatus.MISSING)
+        BranchStatus.FAILED if step.required and not (result and result.gap) else BranchStatus.MISSING)
+    if result is not None and result.gap and reason is not None:
+        reason = f"gap: {result.gap}"  # nothing to look at is said out loud, not treated as a failed look
     partial = result is not None and result.stop_reason != StopReason.DONE
     return BranchOutcome(step_id=step.step_id, branch=step.kind, required=step.required, status=status,
                          reason=reason or "accepted", result_ref=step.result_ref, partial=partial)

@@ -98,3 +98,6 @@ class BranchResult(Model):
     hypotheses: tuple[Hypothesis, ...] = ()
     usage: dict[BudgetDimension, int] = Field(default_factory=dict)
     error: str | None = None
+    gap: str | None = None
+    """Set when the branch could not look at all because no source for its tools is configured: the
+    join reports it as a stated gap (the ticket is still drafted), not as a failed investigation."""

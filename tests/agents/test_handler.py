@@ -139,6 +139,8 @@ async def test_a_branch_whose_tools_all_fail_is_failed_with_its_result(db: Datab
     state, result = await result_of(db, run_id, "metrics")
     assert state == StepState.FAILED and result.stop_reason == StopReason.ERROR
     assert "not_configured" in (result.error or "")
+    assert result.gap is not None and "prometheus.query_range" in result.gap  # the join reports a gap, not a failure
+    assert result.usage[Dim.TOOL_CALLS] == 4  # deployments.list once, then 3 identical query failures: no_progress
 
 
 async def test_a_binding_for_another_tenant_fails_the_step_without_a_call(db: Database, tmp_path: Path) -> None:

@@ -92,3 +92,17 @@ def test_the_verifier_needs_report_evidence_and_a_confirmed_ticket() -> None:
     assert not verify_run(contract=CONTRACT, report=report, ops=[]).passed
     doubt = verify_run(contract=CONTRACT, report=report, ops=[_op(OperationFact.UNKNOWN)])
     assert not doubt.passed and doubt.in_doubt == ("op",)
+
+
+def test_a_required_branch_with_no_source_configured_is_a_stated_gap_and_the_run_drafts() -> None:
+    nothing = BranchResult(branch=BranchKind.LOGS, stop_reason=StopReason.ERROR, error="no evidence; tool errors: "
+                           "not_configured", gap="no source is configured for logs.search")
+    gap = assess_branch(step("logs", StepState.FAILED), nothing)
+    assert (gap.status, gap.reason) == (BranchStatus.MISSING, "gap: no source is configured for logs.search")
+    assert decide_join([gap], on_required_failure="fail") == JoinVerdict.PROCEED
+    report = compose_report(run_id="r", bindings={"incident_id": "inc_1", "title": "checkout slow",
+                                                  "severity": "high", "service": "checkout"},
+                            accepted=[], missing=[MissingBranch(branch="logs", reason=gap.reason)])
+    draft = compose_draft(report, report_ref="sha256:rep", tenant_id="acme", incident_version=1)
+    assert draft.request.title == "[high] checkout: checkout slow"
+    assert "- logs: gap: no source is configured for logs.search" in draft.request.body
