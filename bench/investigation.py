@@ -52,6 +52,7 @@ from ira.sources.context import SourceContext
 _ENTITY = re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|\bv?\d+\.\d+(?:\.\d+)+\b")
 
 
+VARIANT = re.compile(r"-v\d+$")
 CONFIRMED = 0.7
 """A hypothesis at or above this confidence reads as confirmed."""
 
@@ -216,22 +217,32 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--variants", type=int, default=0,
+                        help="also N seeded variants per scenario (other names, days, magnitudes, onsets, noise)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp) / "bundles"
         rows = []
-        for bundle_dir in generate(out):
+        for bundle_dir in generate(out, variants=args.variants):
             kind = json.loads((bundle_dir / "expectations.json").read_text())["scenario"]["kind"]
             if args.only and kind not in args.only:
                 continue
             home = Path(tmp) / bundle_dir.name
             home.mkdir()
             report, audit, expected = await investigate(bundle_dir, home)
-            row = score(report, audit, expected, service=str(report.service))
+            row = {"scenario": bundle_dir.name, **score(report, audit, expected, service=str(report.service))}
             rows.append(row)
-            print(json.dumps({"bench": "investigation", "scenario": bundle_dir.name, **row}), flush=True)
-    n = len(rows) or 1
-    print(json.dumps({"bench": "investigation", "summary": True, "scenarios": len(rows),
+            print(json.dumps({"bench": "investigation", **row}), flush=True)
+    summarize(rows, "all")
+    summarize([r for r in rows if not VARIANT.search(r["scenario"])], "written")
+    summarize([r for r in rows if VARIANT.search(r["scenario"])], "variants")
+
+
+def summarize(rows: list[dict[str, Any]], which: str) -> None:
+    if not rows:
+        return
+    n = len(rows)
+    print(json.dumps({"bench": "investigation", "summary": which, "scenarios": len(rows),
                       "right_cause_pct": round(100 * sum(r["right_cause"] for r in rows) / n, 1),
                       "unsupported_claims": sum(r["unsupported"] for r in rows),
                       "calls_outside_binding": sum(r["outside"] for r in rows),

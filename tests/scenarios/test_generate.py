@@ -45,3 +45,17 @@ def test_generator_is_deterministic(tmp_path: Path) -> None:
     for a, b in zip(first, second, strict=True):
         assert (a / "observations.jsonl").read_bytes() == (b / "observations.jsonl").read_bytes()
         assert json.loads((a / "events.json").read_text()) == json.loads((b / "events.json").read_text())
+
+
+def test_variants_rename_every_trace_of_the_world_and_keep_its_story(tmp_path: Path) -> None:
+    written = generate(tmp_path, variants=1)
+    base, variant = (d for d in written if d.name.startswith("SCN-dep-timeout"))
+    original, changed = load_bundle(base), load_bundle(variant)
+    assert changed.info.service != original.info.service and changed.info.window_end != original.info.window_end
+    text = (variant / "observations.jsonl").read_text() + "".join(
+        p.read_text() for p in (variant / "runbooks").glob("*.md"))
+    assert "cart-service" not in text and "pricing-svc" not in text
+    wanted = changed.expectations["scenario"]
+    (dependency,) = wanted["dependencies"]
+    assert dependency in wanted["cause"][0] and dependency in text
+    assert wanted["outcome"] == original.expectations["scenario"]["outcome"]
