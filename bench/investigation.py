@@ -1,7 +1,7 @@
 """Investigation quality: the real investigators + synthesis on generated incidents.
 
 Usage:
-  python bench/investigation.py [--out DIR] [--only KIND ...]
+  python bench/investigation.py [--out DIR] [--only KIND ...] [--variants N] [--ops N]
 
 Generates the scenario bundles (``ira.infra.scenarios``), then for each one does what ira
 does for the alert: the Alertmanager payload is normalized by the real source adapter, the
@@ -217,6 +217,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--ops", type=int, default=0, help="investigate only the first N scenarios (smoke run)")
     parser.add_argument("--variants", type=int, default=0,
                         help="also N seeded variants per scenario (other names, days, magnitudes, onsets, noise)")
     args = parser.parse_args()
@@ -225,7 +226,7 @@ async def main() -> None:
         rows = []
         for bundle_dir in generate(out, variants=args.variants):
             kind = json.loads((bundle_dir / "expectations.json").read_text())["scenario"]["kind"]
-            if args.only and kind not in args.only:
+            if (args.only and kind not in args.only) or (args.ops and len(rows) >= args.ops):
                 continue
             home = Path(tmp) / bundle_dir.name
             home.mkdir()
