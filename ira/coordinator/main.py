@@ -8,17 +8,20 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ira.connectors.tickets.builtin import BuiltinTicketSystem
 from ira.connectors.tickets.fault import FaultPointTicketSystem
+from ira.connectors.tickets.tenants import build_ticket_systems, remote_ticket_system
 from ira.coordinator.api import build_router
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.worker import CoordinatorWorker
+from ira.core.clock import SystemClock
 from ira.runtime.bus.consumer import ConsumerSettings
 from ira.runtime.bus.record import Outcome, RecordOutcome
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
+from ira.runtime.readiness import ReadinessCheck
+from ira.runtime.settings import Settings
 from ira.runtime.wiring import build_dispatcher
 
 if TYPE_CHECKING:
@@ -31,9 +34,10 @@ below the broker's default 500 ms hold (the embedded broker holds a fetch the fu
 
 
 def build_deps(platform: Platform) -> Deps:
-    builtin, faults = BuiltinTicketSystem(platform.db, platform.clock), FaultPoints(platform.settings.faults)
+    systems, faults = build_ticket_systems(platform.settings, platform.db, platform.clock), \
+        FaultPoints(platform.settings.faults)
     return Deps(db=platform.db, clock=platform.clock, config=WorkflowConfig.from_settings(platform.settings),
-                tickets=FaultPointTicketSystem(builtin, faults), faults=faults)
+                tickets=FaultPointTicketSystem(systems, faults), faults=faults)
 
 
 def build_worker(platform: Platform) -> CoordinatorWorker:
@@ -66,6 +70,11 @@ class CoordinatorRole:
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         await build_worker(platform).run(stop)
+
+    def doctor_checks(self, settings: Settings) -> dict[str, ReadinessCheck]:
+        """One line per tenant whose tickets go to Jira or GitHub (credentials, project/repo)."""
+        return {f"tickets {tenant} ({config.kind})": remote_ticket_system(config, SystemClock()).check
+                for tenant, config in settings.ticket_tenants().items() if config.kind != "builtin"}
 
 
 role = CoordinatorRole()

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.errors import NotFoundError
 from ira.core.operation import Operation
 from ira.core.states import OPERATION_TRANSITIONS, OperationFact, OperationHandling
+from ira.core.ticket import Ticket
 from ira.runtime.store.schema import operations
 
 _op = operations.c
@@ -75,7 +76,7 @@ async def move(
     conn: AsyncConnection, op: Operation, *, to: OperationFact | None = None, at: datetime,
     handling: OperationHandling | None = None, external_ref: str | None = None, owner_epoch: int | None = None,
     approval_id: str | None = None, deadline_at: datetime | None = None,
-    from_facts: Sequence[OperationFact] | None = None,
+    from_facts: Sequence[OperationFact] | None = None, receipt: Ticket | None = None, error: str | None = None,
 ) -> bool:
     """Compare-and-set on the fact ``op`` was read in (or ``from_facts``); False if it moved."""
     sources = tuple(from_facts or (op.fact_state,))
@@ -83,9 +84,12 @@ async def move(
         sources = tuple(s for s in sources if to in OPERATION_TRANSITIONS[s] or s == to)
     values: dict[str, Any] = {"updated_at": at}
     for name, value in (("fact_state", to), ("handling_state", handling), ("external_ref", external_ref),
-                        ("owner_epoch", owner_epoch), ("approval_id", approval_id), ("deadline_at", deadline_at)):
+                        ("owner_epoch", owner_epoch), ("approval_id", approval_id), ("deadline_at", deadline_at),
+                        ("error", error[:1000] if error else None)):
         if value is not None:
             values[name] = value
+    if receipt is not None:
+        values |= {"external_ref": receipt.key, "external_system": receipt.system, "external_url": receipt.url}
     result = await conn.execute(update(operations).where(
         _op.tenant_id == op.tenant_id, _op.operation_id == op.operation_id, _op.fact_state.in_(sources),
     ).values(**values))

@@ -40,11 +40,12 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
             if current.external_ref != ticket.key:
                 raise DomainError(f"operation {op.operation_id} confirmed {current.external_ref}, now {ticket.key}")
             return receipt.ref
-        await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, external_ref=ticket.key,
+        await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, receipt=ticket,
                               handling=OperationHandling.NONE, at=now, from_facts=operations.IN_DOUBT)
         run = await runs.get_run(conn, op.tenant_id, op.run_id)
         await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type=RunEventType.OPERATION_CONFIRMED,
             data={
-            "operation_id": op.operation_id, "external_ref": ticket.key, "receipt_ref": receipt.ref,
+            "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,
+            "external_url": ticket.url, "receipt_ref": receipt.ref,
             "adopted": adopted, "owner_epoch": epoch, "late": run.state in TERMINAL_RUN_STATES})], at=now)
         return receipt.ref

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import operations, records
 from ira.coordinator.deps import Deps
+from ira.coordinator.ending import RECONCILE_TIMER
 from ira.coordinator.facts import fence, lock_run
 from ira.coordinator.receipt import namespace, record_receipt
 from ira.coordinator.workflow import COMPLETE, CREATE_TICKET
@@ -45,10 +46,18 @@ from ira.runtime.wakeup import step_wakeup
 log = logging.getLogger(__name__)
 MANUAL_REPAIR = "manual_repair"
 FINAL_TIMER = "operation_deadline"
+LOOKS_AGAIN = 3
+"""Lookups of a parked Operation before its deadline (at 1/4, 1/2 and 3/4 of it)."""
 
 
 async def park(deps: Deps, ctx: StepContext, op: Operation) -> None:
-    """Undecidable now (no barrier support, nothing found): wait, releasing the worker."""
+    """Undecidable now (no barrier support, nothing found): wait, releasing the worker.
+
+    Nothing found is not "not created" where no barrier holds older writes back (Jira,
+    GitHub): the create may still be in flight or not yet searchable. So nothing is sent
+    again; reconciliation looks again ``LOOKS_AGAIN`` times before the deadline (adopting the
+    ticket as soon as it shows up) and, still nothing at the deadline, asks a person.
+    """
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
@@ -57,6 +66,11 @@ async def park(deps: Deps, ctx: StepContext, op: Operation) -> None:
         await timers.schedule_timer(conn, timers.Timer(
             tenant_id=c.tenant_id, timer_id=new_id("tmr"), kind=FINAL_TIMER, run_id=c.run_id, step_id=CREATE_TICKET,
             due_at=max(now, now + deps.config.operation_deadline), payload={"operation_id": op.operation_id}))
+        for look in range(1, LOOKS_AGAIN + 1):
+            await timers.schedule_timer(conn, timers.Timer(
+                tenant_id=c.tenant_id, timer_id=new_id("tmr"), kind=RECONCILE_TIMER, run_id=c.run_id,
+                step_id=CREATE_TICKET, payload={"operation_id": op.operation_id},
+                due_at=now + deps.config.operation_deadline * look / (LOOKS_AGAIN + 1)))
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             state=RunState.WAITING, wait_kind=WaitKind.EXTERNAL,

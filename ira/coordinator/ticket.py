@@ -242,7 +242,7 @@ async def _fail(deps: Deps, ctx: StepContext, op: Operation, *, reason: str) -> 
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
-        await operations.move(conn, op, to=OperationFact.CONFIRMED_FAILURE, at=now,
+        await operations.move(conn, op, to=OperationFact.CONFIRMED_FAILURE, at=now, error=reason,
                               from_facts=operations.IN_DOUBT)
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
@@ -257,11 +257,14 @@ async def _finish(deps: Deps, ctx: StepContext, op: Operation) -> None:
     ticket = await deps.tickets.find_by_key(c.tenant_id, op.idempotency_key)
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
+        confirmed = await operations.get_operation(conn, c.tenant_id, op.operation_id)
         receipt = await store_json(conn, c.tenant_id, canonical_json(ticket), config=deps.config, at=now) \
             if ticket else None
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             steps=(StepChange(step_id=CREATE_TICKET, state=StepState.DONE,
                               result_ref=receipt.ref if receipt else None),),
-            events=(EventDraft(type=RunEventType.TICKET_CREATED, data={"operation_id": op.operation_id,
-                                                            "key": ticket.key if ticket else None}),)), at=now)
+            # the key and link as the Operation confirmed them: a search index may not show the ticket yet
+            events=(EventDraft(type=RunEventType.TICKET_CREATED, data={
+                "operation_id": op.operation_id, "key": confirmed.external_ref, "system": confirmed.external_system,
+                "url": confirmed.external_url}),)), at=now)

@@ -25,6 +25,13 @@ class Operation(Model):
     fact_state: OperationFact
     handling_state: OperationHandling = OperationHandling.NONE
     external_ref: str | None = None
+    """The ticket's key in its system (``INC-12``, ``OPS-12``, ``#34``) once confirmed."""
+    external_system: str | None = None
+    """The system that holds it (``builtin``, ``jira``, ``github``)."""
+    external_url: str | None = None
+    """Where people open it (None for the builtin service)."""
+    error: str | None = None
+    """Why it failed: the ticket system's own message for a rejected create."""
     owner_epoch: int
     created_at: datetime
     updated_at: datetime

@@ -26,7 +26,7 @@ def build_read_api(settings: Settings, db: Database) -> APIRouter:
     who = Depends(principal_for(settings))
     _run_reads(router, db, who)
     _decision_reads(router, db, who)
-    _incident_reads(router, db, who)
+    _incident_reads(router, settings, db, who)
     return router
 
 
@@ -90,7 +90,7 @@ def _decision_reads(router: APIRouter, db: Database, who: Any) -> None:
             "Content-Disposition": "inline"})
 
 
-def _incident_reads(router: APIRouter, db: Database, who: Any) -> None:
+def _incident_reads(router: APIRouter, settings: Settings, db: Database, who: Any) -> None:
     @router.get("/incidents", tags=["incidents"])
     async def list_incidents(caller: Principal = who,
                              status: Annotated[IncidentStatus | None, Query(description="open | resolved | closed")]
@@ -109,6 +109,7 @@ def _incident_reads(router: APIRouter, db: Database, who: Any) -> None:
     @router.get("/tickets", tags=["tickets"])
     async def list_tickets(caller: Principal = who,
                            limit: Annotated[int, Query(ge=1, le=500)] = 100) -> tickets.TicketList:
-        """Tickets of the builtin ticket service, newest first."""
+        """Tickets of the tenant's ticket system, newest first, each with ``system``, ``key`` and ``url``."""
         async with db.reader() as conn:
-            return await tickets.list_tickets(conn, caller.tenant_id, limit=limit)
+            return await tickets.list_tickets(conn, caller.tenant_id, limit=limit,
+                                              system=settings.tickets_for(caller.tenant_id).kind)

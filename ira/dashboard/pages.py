@@ -115,7 +115,8 @@ def build_pages(platform: Platform) -> APIRouter:
     @router.get("/tickets")
     async def tickets_page(viewer: Viewer) -> HTMLResponse:
         async with db.reader() as conn:
-            listed = await tickets.list_tickets(conn, viewer.tenant_id, limit=200)
+            listed = await tickets.list_tickets(conn, viewer.tenant_id, limit=200,
+                                                system=platform.settings.tickets_for(viewer.tenant_id).kind)
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("tickets.html", viewer=viewer, tickets=listed.tickets, asks=asks, nav="tickets")
 

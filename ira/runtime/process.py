@@ -6,13 +6,13 @@ import asyncio
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ira.core.errors import ConfigError
 from ira.runtime.devstart import clear_data_dir, port_hint, port_in_use, ready_block
 from ira.runtime.logs import configure_logging
-from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, kafka_check, redis_check, run_checks
-from ira.runtime.role import Role, load_roles
+from ira.runtime.readiness import ReadinessCheck, kafka_check, redis_check, run_checks
+from ira.runtime.role import Role, doctor_checks, load_roles
 from ira.runtime.settings import Settings
 from ira.runtime.stack import open_platform
 from ira.runtime.store.database import Database
@@ -160,6 +160,10 @@ async def upgrade_database(settings: Settings, *, say: Say) -> None:
         await db.close()
 
 
+DOCTOR_TIMEOUT = timedelta(seconds=10)
+"""Per check: a ticket system's check is two calls to a SaaS API, possibly far away."""
+
+
 async def run_doctor(settings: Settings, *, say: Say) -> int:
     """Check each configured dependency; embedded ones are reported as such, not probed."""
     from redis.asyncio import Redis
@@ -171,7 +175,8 @@ async def run_doctor(settings: Settings, *, say: Say) -> int:
         checks["redis"] = redis_check(redis)
     if settings.kafka_bootstrap:
         checks["kafka"] = kafka_check(settings.kafka_bootstrap, settings.environment)
-    failing = await run_checks(checks, timeout=DEFAULT_CHECK_TIMEOUT)
+    checks |= doctor_checks(load_roles().values(), settings)
+    failing = await run_checks(checks, timeout=DOCTOR_TIMEOUT)
     for name in checks:
         say(f"{name:9} {'FAIL ' + failing[name] if name in failing else 'ok'}")
     if "database" not in failing:

@@ -175,8 +175,8 @@ def build(db: Database, *, clock: Clock | None = None, tickets: TicketSystem | N
 
 
 @asynccontextmanager
-async def api(deps: Deps) -> AsyncIterator[httpx.AsyncClient]:
-    settings = api_settings()
+async def api(deps: Deps, *, settings: Settings | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    settings = settings or api_settings()
     app = create_app(metrics=Metrics(), routers=[build_router(settings, deps), build_read_api(settings, deps.db)])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ira") as client:
         yield client

@@ -1,30 +1,36 @@
 """Exactly one ticket when the coordinator PROCESS dies after the ticket was created and
-before its receipt was stored (the ``ticket.after_create`` fault point, SIGKILL)."""
+before its receipt was stored (the ``ticket.after_create`` fault point, SIGKILL) — with each
+ticket system chosen in the process's config: builtin, Jira and GitHub (their fakes)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
 from ira.connectors.tickets.schema import tickets
+from ira.connectors.tickets.tenants import remote_ticket_system
 from ira.coordinator import operations, records
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.receipt import namespace
 from ira.coordinator.worker import CoordinatorWorker
-from ira.core.clock import SystemClock
+from ira.core.clock import Clock, SystemClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.errors import StaleEpochError
 from ira.core.events import RunEventType
+from ira.core.ports import TicketSystem
 from ira.core.states import OperationFact, RunState, StepState
 from ira.core.ticket import TicketRequest
 from ira.infra.tansu import EmbeddedKafka
@@ -33,6 +39,7 @@ from ira.runtime.bus.producer import BusProducer
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.relay import OutboxRelay
 from ira.runtime.scanner import Scanner
+from ira.runtime.settings.tickets import TicketsSettings
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
@@ -41,7 +48,11 @@ from tests.coordinator.live import FAST, Live, agents_consumer
 from tests.coordinator.scripted import ScriptedInvestigators
 from tests.coordinator.test_walk import _state, _waiting
 from tests.eventually import eventually
+from tests.fakes.github import FakeGitHub
+from tests.fakes.jira import FakeJira
+from tests.fakes.ticketing import FakeTicketApi
 from tests.processes import free_port, ira_command
+from tests.serving import serve
 
 PROD = "prod"
 LEASE = timedelta(seconds=2)
@@ -67,8 +78,36 @@ async def running(*loops: object) -> AsyncIterator[None]:
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=30)
 
 
-async def coordinator_process(tmp_path: Path, url: str, bootstrap: str, redis_url: str) -> asyncio.subprocess.Process:
-    (tmp_path / "ira.yaml").write_text(CONFIG)
+@dataclass(frozen=True)
+class Tickets:
+    """The ticket system under test: its ``tickets:`` config and, for Jira/GitHub, the fake."""
+
+    settings: dict[str, Any]
+    fake: FakeTicketApi | None = None
+
+    def system(self, db: Database, clock: Clock) -> TicketSystem:
+        if self.fake is None:
+            return BuiltinTicketSystem(db, clock)
+        return remote_ticket_system(TicketsSettings.model_validate(self.settings), clock)
+
+    async def count(self, db: Database) -> int:
+        return len(self.fake.issues) if self.fake is not None else await _ticket_count(db)
+
+
+@pytest.fixture(params=["builtin", "jira", "github"])
+async def tickets_config(request: pytest.FixtureRequest) -> AsyncIterator[Tickets]:
+    if request.param == "builtin":
+        yield Tickets({"kind": "builtin"})
+        return
+    fake: FakeTicketApi = FakeJira() if request.param == "jira" else FakeGitHub()
+    async with serve(fake) as url:
+        yield Tickets(fake.settings(url), fake)
+
+
+async def coordinator_process(tmp_path: Path, url: str, bootstrap: str, redis_url: str,
+                              tickets: Tickets) -> asyncio.subprocess.Process:
+    tenants = {"acme": {"tickets": tickets.settings}}
+    (tmp_path / "ira.yaml").write_text(CONFIG + f"tenants: {json.dumps(tenants)}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRA_")} | {
         "IRA_CONFIG": str(tmp_path / "ira.yaml"), "IRA_DATABASE_URL": url, "IRA_REDIS_URL": redis_url,
         "IRA_KAFKA_BOOTSTRAP": bootstrap, "IRA_HTTP_PORT": str(free_port()), "IRA_FAULTS": "ticket.after_create"}
@@ -79,7 +118,7 @@ async def coordinator_process(tmp_path: Path, url: str, bootstrap: str, redis_ur
 
 @pytest.mark.slow
 async def test_killed_after_create_the_next_owner_adopts_the_ticket(
-    private_kafka: EmbeddedKafka, redis_url: str, tmp_path: Path
+    private_kafka: EmbeddedKafka, redis_url: str, tmp_path: Path, tickets_config: Tickets,
 ) -> None:
     # Given a coordinator process armed to die right after the ticket system created the ticket
     await ensure_topics(private_kafka.bootstrap, PROD, partitions=1)
@@ -87,8 +126,8 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
     db = Database.create(url)
     await upgrade(db)
     clock = SystemClock()
-    builtin = BuiltinTicketSystem(db, clock)
-    deps = Deps(db=db, clock=clock, config=config(PROD), tickets=builtin)
+    system = tickets_config.system(db, clock)
+    deps = Deps(db=db, clock=clock, config=config(PROD), tickets=system)
     scripted = ScriptedInvestigators(db, clock)
     agent_tasks: set[asyncio.Task[None]] = set()
     d = decision()
@@ -99,7 +138,7 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
         agents = agents_consumer(scripted, scripted.dispatcher(), bootstrap=private_kafka.bootstrap,
                                  producer=producer, environment=PROD, tasks=agent_tasks)
         live = Live(deps=deps, producer=producer, scripted=scripted, worker=None, environment=PROD)  # type: ignore[arg-type]
-        proc = await coordinator_process(tmp_path, url, private_kafka.bootstrap, redis_url)
+        proc = await coordinator_process(tmp_path, url, private_kafka.bootstrap, redis_url, tickets_config)
         try:
             async with running(relay, scanner, agents):
                 await live.publish(envelope(d))
@@ -114,10 +153,12 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
                 output = (await asyncio.wait_for(proc.communicate(), timeout=60))[0].decode(errors="replace")
                 assert proc.returncode == -signal.SIGKILL, output
                 assert "fault point ticket.after_create hit" in output
+                if tickets_config.fake is not None:  # the credentials never reach a log line
+                    assert tickets_config.fake.token not in output  # type: ignore[attr-defined]
                 run_id = waiting.run_id
                 op, step = await _operation_and_step(db, run_id)
                 assert op.fact_state == OperationFact.SUBMITTED  # the receipt never reached the store
-                assert step.state == StepState.RUNNING and await _ticket_count(db) == 1
+                assert step.state == StepState.RUNNING and await tickets_config.count(db) == 1
                 dead_epoch = step.owner_epoch
 
                 # Then a second owner (higher epoch) raises the barrier, finds the ticket by key, adopts it
@@ -136,13 +177,19 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
             await asyncio.gather(*agent_tasks, return_exceptions=True)
 
     op, step = await _operation_and_step(db, run_id)
-    assert await _ticket_count(db) == 1
-    assert (op.fact_state, op.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-1")
+    assert await tickets_config.count(db) == 1
+    expected = {"builtin": "INC-1", "jira": "OPS-1", "github": "#1"}[system.name]
+    assert (op.fact_state, op.external_ref, op.external_system) == (
+        OperationFact.CONFIRMED_SUCCESS, expected, system.name)
+    assert (op.external_url is None) == (tickets_config.fake is None)
+    if tickets_config.fake is not None:
+        assert len(tickets_config.fake.calls("create")) == 1  # one request: sent once, adopted after the kill
     assert step.owner_epoch > dead_epoch
     async with db.reader() as conn:
         confirmed = [e for e in await runs.list_events(conn, "acme", run_id) if e.type == "OPERATION_CONFIRMED"]
     assert [e.data["adopted"] for e in confirmed] == [True]
-    # And the old owner's late writes are refused: by the store (fence) and by the ticket system (barrier)
+    # And the old owner's late writes are refused: by the store (fence) and, where it can, by the
+    # ticket system (barrier; Jira and GitHub cannot, which is why recovery never re-sends there)
     with pytest.raises(StaleEpochError):
         async with db.transaction() as conn:
             current = await runs.get_run(conn, "acme", run_id)
@@ -151,11 +198,12 @@ async def test_killed_after_create_the_next_owner_adopts_the_ticket(
                 fence=Fence(step_id="create_ticket", owner_epoch=dead_epoch),
                 steps=(StepChange(step_id="create_ticket", state=StepState.DONE),),
                 events=(EventDraft(type=RunEventType.TICKET_CREATED),)), at=clock.now())
-    with pytest.raises(StaleEpochError):
-        await builtin.create(TicketRequest(tenant_id="acme", title="late", body="late", severity="critical",
-                                           incident_id=d.incident_id), idempotency_key="another-key",
-                             namespace=namespace(run_id), epoch=dead_epoch)
-    assert await _ticket_count(db) == 1
+    if await system.raise_barrier("acme", namespace(run_id), step.owner_epoch):
+        with pytest.raises(StaleEpochError):
+            await system.create(TicketRequest(tenant_id="acme", title="late", body="late", severity="critical",
+                                              incident_id=d.incident_id), idempotency_key="another-key",
+                                namespace=namespace(run_id), epoch=dead_epoch)
+    assert await tickets_config.count(db) == 1
     await db.close()
 
 

@@ -36,6 +36,14 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_FAULTS": "faults",
     "IRA_NOTIFIER_WEBHOOK_URL": "notifier.webhook_url",
     "IRA_NOTIFIER_WEBHOOK_SECRET": "notifier.webhook_secret",
+    "IRA_TICKETS": "tickets.kind",
+    "IRA_JIRA_URL": "tickets.jira.url",
+    "IRA_JIRA_USER": "tickets.jira.user",
+    "IRA_JIRA_TOKEN": "tickets.jira.token",
+    "IRA_JIRA_PROJECT": "tickets.jira.project",
+    "IRA_GITHUB_API_URL": "tickets.github.api_url",
+    "IRA_GITHUB_TOKEN": "tickets.github.token",
+    "IRA_GITHUB_REPO": "tickets.github.repo",
 }
 """Environment variable -> dotted settings key (DESIGN.md §10). An empty value counts as unset."""
 

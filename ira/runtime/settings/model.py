@@ -7,6 +7,7 @@ instead of a setting silently ignored. Secrets are ``SecretStr`` so they never p
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from enum import StrEnum
@@ -26,6 +27,7 @@ from ira.core.alert import SourceKind
 from ira.core.budget import BudgetDimension
 from ira.runtime.settings.agents import AgentsSettings
 from ira.runtime.settings.section import NAME, Duration, Section
+from ira.runtime.settings.tickets import TenantSettings, TicketsSettings
 from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import normalize_url
 
@@ -198,6 +200,10 @@ class Settings(Section):
     notifier: NotifierSettings = NotifierSettings()
     triage: TriageSettings = TriageSettings()
     """Grouping, run threshold, quiet period, cooldown, noise control, silences."""
+    tickets: TicketsSettings = TicketsSettings()
+    """The default tenant's ticket system (``IRA_TICKETS``, ``IRA_JIRA_*``, ``IRA_GITHUB_*``)."""
+    tenants: dict[str, TenantSettings] = Field(default_factory=dict)
+    """Other tenants' own settings, by tenant name (their ticket system)."""
     faults: frozenset[str] = frozenset()
     """Test-only fault points, armed by name (``IRA_FAULTS=a,b``)."""
 
@@ -259,6 +265,25 @@ class Settings(Section):
             raise ValueError("entries must be unique (source id / token appears twice)")
         return entries
 
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, tenants: dict[str, TenantSettings]) -> dict[str, TenantSettings]:
+        for name in tenants:
+            if not re.match(NAME, name):
+                raise ValueError(f"tenant name {name!r} must match {NAME}")
+        return tenants
+
+    def tickets_for(self, tenant_id: str) -> TicketsSettings:
+        """A tenant's ticket system: its own entry, the top-level one for the default tenant,
+        else builtin (never another tenant's project)."""
+        if tenant_id in self.tenants:
+            return self.tenants[tenant_id].tickets
+        return self.tickets if tenant_id == self.tenant else TicketsSettings()
+
+    def ticket_tenants(self) -> dict[str, TicketsSettings]:
+        """Every tenant with a configured ticket system (the default tenant always)."""
+        return {self.tenant: self.tickets} | {name: t.tickets for name, t in self.tenants.items()}
+
     def source(self, source_id: str) -> SourceSettings | None:
         return next((s for s in self.sources if s.id == source_id), None)
 
@@ -277,6 +302,7 @@ class Settings(Section):
         """Every secret in the configuration, for the log filter that masks them."""
         found = {s.get_secret_value() for s in _secrets(self)}
         found |= {make_url(self.database_url).password or ""}
+        found |= {s for t in self.ticket_tenants().values() for s in t.auth_header_secrets()}
         return frozenset(s for s in found if s)
 
 
@@ -286,6 +312,6 @@ def _secrets(value: Any) -> Iterator[SecretStr]:
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
             yield from _secrets(getattr(value, name))
-    elif isinstance(value, tuple):
-        for item in value:
+    elif isinstance(value, tuple | dict):
+        for item in value.values() if isinstance(value, dict) else value:
             yield from _secrets(item)
