@@ -46,7 +46,8 @@ def build_worker(platform: Platform) -> CoordinatorWorker:
     settings = platform.settings
     return CoordinatorWorker(
         deps, dispatcher, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
-        consumer=ConsumerSettings(session_timeout=settings.kafka.session_timeout, fetch_wait=STEP_FETCH_WAIT),
+        consumer=ConsumerSettings(session_timeout=settings.kafka.session_timeout, fetch_wait=STEP_FETCH_WAIT,
+                                  faults=settings.faults),
         max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o))
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator import records
 from ira.coordinator.config import WorkflowConfig
 from ira.core.commit import OutboxMessage
-from ira.core.delivery import DELIVERY_REQUESTED, Notification
+from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id, new_id
 from ira.core.run import Run
@@ -44,4 +44,5 @@ async def request_notification(
                         payload={"notification_id": notification.notification_id, "run_id": run.run_id,
                                  "kind": kind})
     return OutboxMessage(topic=topic_name(Topic.DELIVERIES, config.environment),
-                         key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope)
+                         key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope,
+                         awaits=DELIVERIES_INBOX)

@@ -18,6 +18,7 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
 from ira.coordinator.workflow import COORDINATOR_KINDS
+from ira.core.decision import DECISIONS_INBOX
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
@@ -26,7 +27,7 @@ from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
 
 log = logging.getLogger(__name__)
-DECISIONS_CONSUMER = "coordinator"
+DECISIONS_CONSUMER = DECISIONS_INBOX
 STEPS_CONSUMER = "coordinator-steps"
 
 

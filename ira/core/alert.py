@@ -111,3 +111,6 @@ ALERT_MESSAGE = "alert.received"
 """Envelope type of an AlertEvent on ``ira.alerts.v1``."""
 CHANGE_MESSAGE = "change.recorded"
 """Envelope type of a ChangeEvent on ``ira.alerts.v1``."""
+ALERTS_INBOX = "triage"
+"""The consumer (inbox name) that applies ``ira.alerts.v1``: an accepted event is sent again
+until this inbox holds it."""

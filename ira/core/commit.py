@@ -31,6 +31,10 @@ class OutboxMessage(Model):
     """The physical topic name (environment prefix already applied)."""
     key: str
     envelope: Envelope
+    awaits: str | None = None
+    """The consumer whose inbox must come to hold this message. Until it does, the scanner
+    publishes it again (a broker may acknowledge and then forget); None: a hint nobody waits
+    for (step wake-ups: the scanner re-discovers those from the steps themselves)."""
 
 
 class Fence(Model):

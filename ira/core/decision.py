@@ -12,6 +12,8 @@ from ira.core.alert import AlertEvent, DecisionKind
 from ira.core.model import Model
 
 DECISION_MESSAGE = "incident.decision"
+DECISIONS_INBOX = "coordinator"
+"""The consumer (inbox name) that applies decisions: a decision is sent again until it holds it."""
 
 
 class IncidentDecision(Model):

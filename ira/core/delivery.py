@@ -34,6 +34,9 @@ class Delivery(Model):
 
 DELIVERY_REQUESTED = "delivery.requested"
 """Envelope type on ``ira.deliveries.v1``: payload ``{"notification_id", "run_id", "kind"}``."""
+DELIVERIES_INBOX = "notifier"
+"""Where the notifier remembers the requests it attempted (with the first attempt's receipt):
+a request is sent again until this inbox holds it, so a delivery never stays unattempted."""
 
 
 class Notification(Model):

@@ -14,6 +14,7 @@
       - StaleEpochError         the writer no longer owns the step (a newer epoch claimed it)
     - ConnectorUnavailableError a remote system is down or rate limited
     - BrokerUnavailableError    Kafka did not acknowledge
+    - StoreUnavailableError     the database did not commit (or did not answer in time)
   + DuplicateMessageError       already applied -> acknowledge and drop
   + ConnectorRejectedError      the remote said no (4xx) -> recorded as a failed outcome
   + ConfigError                 invalid configuration; names the key
@@ -113,6 +114,10 @@ class ConnectorUnavailableError(TransientError):
 
 class BrokerUnavailableError(TransientError):
     code = "broker_unavailable"
+
+
+class StoreUnavailableError(TransientError):
+    code = "store_unavailable"
 
 
 class DuplicateMessageError(PlatformError):

@@ -43,7 +43,8 @@ class NotifierRole:
                                 faults=FaultPoints(s.faults))
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
-                                         settings=ConsumerSettings(session_timeout=s.kafka.session_timeout))
+                                         settings=ConsumerSettings(session_timeout=s.kafka.session_timeout,
+                                                                   faults=s.faults))
             await consumer.run(stop)
 
 

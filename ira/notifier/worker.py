@@ -16,11 +16,12 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from ira.core.clock import Clock
-from ira.core.delivery import DELIVERY_REQUESTED, Notification, Receipt
+from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification, Receipt
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
 from ira.core.states import DeliveryState
 from ira.notifier import store
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.inbox import record_inbox_many
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import RecordMeta, RecordOutcome
 from ira.runtime.fault import FaultPoints
@@ -56,10 +57,12 @@ class Notifier:
         async with self._db.reader() as conn:
             row, notification = await store.load(conn, envelope.tenant_id, str(envelope.payload["notification_id"]))
         while row["state"] == DeliveryState.PENDING:
-            row = await self._attempt(row, notification)
+            row = await self._attempt(row, notification, request=envelope.message_id)
         return str(row["state"])
 
-    async def _attempt(self, row: dict[str, Any], notification: Notification) -> dict[str, Any]:
+    async def _attempt(self, row: dict[str, Any], notification: Notification, *, request: str) -> dict[str, Any]:
+        """One try and its receipt; the first also puts ``request`` (the message id) in the
+        notifier's inbox, which tells the scanner this request needs no re-send."""
         if row["attempts"]:
             await asyncio.sleep(self._backoff.total_seconds() * 2 ** (row["attempts"] - 1))
         receipt, retry = await self._channel.send(notification)
@@ -67,6 +70,9 @@ class Notifier:
         last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
         final = _final(row, receipt) if last else None
         async with self._db.transaction() as conn:
+            if not row["attempts"]:
+                await record_inbox_many(conn, consumer=DELIVERIES_INBOX, keys=[(row["tenant_id"], request)],
+                                        at=self._clock.now())
             row = await store.record_attempt(conn, row, receipt, final=final, at=self._clock.now())
         log.info("delivery %s attempt %d: %s", row["notification_id"], row["attempts"], receipt.state.value)
         return row
@@ -85,7 +91,8 @@ def notifier_consumer(
     settings: ConsumerSettings = ConsumerSettings(), group_suffix: str = "",
     on_outcome: Callable[[RecordOutcome], None] | None = None,
 ) -> ConsumerRunner:
-    """The notifier's consumer of ``ira.deliveries.v1``: the delivery row is the dedupe, so no inbox."""
+    """The notifier's consumer of ``ira.deliveries.v1``: the delivery row is the dedupe, so the
+    consumer keeps no inbox (the first attempt writes the one the scanner reads)."""
     prefix = "" if environment == PRODUCTION else f"{environment}."
 
     async def handle(envelope: Envelope, meta: RecordMeta) -> None:
@@ -93,5 +100,5 @@ def notifier_consumer(
 
     return ConsumerRunner(
         bootstrap=bootstrap, group_id=f"{prefix}ira.notifier{group_suffix}",
-        topics=[topic_name(Topic.DELIVERIES, environment)], name="notifier", handler=handle, producer=producer,
+        topics=[topic_name(Topic.DELIVERIES, environment)], name=DELIVERIES_INBOX, handler=handle, producer=producer,
         dlq_topic=topic_name(Topic.DLQ, environment), inbox=False, settings=settings, on_outcome=on_outcome)

@@ -1,8 +1,22 @@
 """Fault points: named places where a test can make this process die on purpose.
 
 Fault tests must kill the real process at a chosen point (not raise an exception that a
-handler could catch). A point is armed only by configuration (``IRA_FAULTS``); unarmed,
-``hit`` costs a set lookup.
+handler could catch). A point is armed only by configuration (``IRA_FAULTS=a,b`` or
+``faults:`` in ira.yaml); unarmed, ``hit`` costs a set lookup.
+
+Every point, in one place (the process dies after the first and before the second; the
+constant that names a point sits beside its ``hit``):
+
+* ``ingest.after_commit`` (``ira.sources.accept.AFTER_COMMIT``): a webhook request's events
+  are committed to the outbox / its 202 is sent.
+* ``relay.after_publish`` (``ira.runtime.relay.AFTER_PUBLISH``): the broker acknowledged a
+  batch / the batch is marked sent.
+* ``consumer.<name>.after_apply`` (``ira.runtime.bus.consumer.after_apply``): the handler's
+  transaction (inbox row and effect) committed / the Kafka offset is committed. ``<name>``
+  is the consumer's (inbox) name: ``triage``, ``coordinator``, ``coordinator-steps``,
+  ``notifier``, ``agents-steps``.
+* ``ticket.after_create`` (``ira.connectors.tickets.fault.AFTER_CREATE``): the ticket system
+  created the ticket / its receipt is stored.
 """
 
 from __future__ import annotations

@@ -2,14 +2,19 @@
 
 Each pass (1) makes sure the environment's topics exist (the embedded broker forgets them on
 restart), (2) wakes again every READY step nobody holds and every RUNNING step whose lease
-expired, (3) fires due timers, and (4) measures the outbox backlog. Wakes and timer fires go
-through the outbox, so they are as durable as any other message.
+expired, (3) fires due timers, (4) sends again every outbox message whose consumer has not
+applied it ``resend_after`` after it was sent (:mod:`ira.runtime.store.effects`: an alert
+triage has not seen, a decision the coordinator has not applied, a delivery never attempted),
+and (5) measures the outbox backlog. Wakes and timer fires go through the outbox, so they are
+as durable as any other message. The scanner knows no message kinds: each outbox row names
+the consumer (``awaits``) whose inbox must come to hold it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,7 +27,7 @@ from ira.core.errors import TransientError
 from ira.core.ids import new_event_id
 from ira.core.ports import TopicAdmin
 from ira.runtime.pause import pause
-from ira.runtime.store import outbox, steps, timers
+from ira.runtime.store import effects, outbox, steps, timers
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import TIMER_FIRED, step_wakeup
 
@@ -40,7 +45,11 @@ class ScanReport:
 
     woken: int = 0
     timers_fired: int = 0
+    resent: Counter[str] = field(default_factory=Counter)
+    """Messages put back to unsent because their consumer had not applied them, per topic."""
     outbox_oldest_age: timedelta | None = None
+    unsent: dict[str, tuple[int, timedelta]] = field(default_factory=dict)
+    """Per topic: rows waiting for the relay and the oldest one's age."""
 
 
 @dataclass
@@ -52,6 +61,8 @@ class Scanner:
     quiet: timedelta = timedelta(seconds=10)
     """A step must have been left alone this long before it is woken again."""
     interval: timedelta = timedelta(seconds=2)
+    resend_after: timedelta = timedelta(seconds=30)
+    """A sent message whose consumer has not applied it this long after is sent again."""
     batch_size: int = 200
     passes: int = 0
     last: ScanReport = field(default_factory=ScanReport)
@@ -59,9 +70,11 @@ class Scanner:
 
     async def scan_once(self) -> ScanReport:
         await self._ensure_topics()
-        report = ScanReport(woken=await self._wake_steps(), timers_fired=await self._fire_timers())
+        report = ScanReport(woken=await self._wake_steps(), timers_fired=await self._fire_timers(),
+                            resent=await self._resend_unapplied())
         async with self.db.reader() as conn:
             report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
+            report.unsent = await effects.unsent_by_topic(conn, now=self.clock.now())
         self.passes += 1
         self.last = report
         self.on_report(report)
@@ -81,6 +94,11 @@ class Scanner:
             for step in found:
                 await steps.mark_woken(conn, step, now=now)
         return len(found)
+
+    async def _resend_unapplied(self) -> Counter[str]:
+        async with self.db.transaction() as conn:
+            return await effects.resend_unapplied(conn, now=self.clock.now(), after=self.resend_after,
+                                                  limit=self.batch_size)
 
     async def _fire_timers(self) -> int:
         now = self.clock.now()
@@ -102,8 +120,9 @@ class Scanner:
         while not stop.is_set():
             try:
                 report = await self.scan_once()
-                if report.woken or report.timers_fired:
-                    log.info("scanner: woke %d steps, fired %d timers", report.woken, report.timers_fired)
+                if report.woken or report.timers_fired or report.resent:
+                    log.info("scanner: woke %d steps, fired %d timers, re-sent %s", report.woken,
+                             report.timers_fired, dict(report.resent) or "nothing")
             except TransientError as exc:
                 log.warning("scanner: pass failed, will retry: %s", exc)
             await pause(stop, self.interval.total_seconds())

@@ -77,6 +77,15 @@ class Metrics:
             "ira_messages_duplicate", "Messages dropped by the inbox as already applied", ["consumer"], registry=r
         )
         self.relay_published = Counter("ira_relay_published", "Outbox rows published by the relay", registry=r)
+        self.outbox_unsent = Gauge(
+            "ira_outbox_unsent_messages", "Outbox rows waiting for the relay, per topic (ira.alerts.v1: the "
+            "webhook's accepted alerts not yet on the broker)", ["topic"], registry=r)
+        self.outbox_unsent_age = Gauge(
+            "ira_outbox_unsent_oldest_age_seconds", "Age of the oldest outbox row waiting for the relay, per topic",
+            ["topic"], registry=r)
+        self.outbox_resent = Counter(
+            "ira_outbox_resent", "Sent messages sent again because their consumer had not applied them, per topic",
+            ["topic"], registry=r)
 
     def render(self) -> bytes:
         """The registry in Prometheus text format, for ``GET /metrics``."""

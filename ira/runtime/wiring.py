@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.runtime.bus.admin import ensure_topics
@@ -15,7 +16,7 @@ from ira.runtime.dispatch import StepDispatcher, StepHandler
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.relay import OutboxRelay
-from ira.runtime.scanner import Scanner
+from ira.runtime.scanner import Scanner, ScanReport
 from ira.runtime.telemetry import Metrics
 
 
@@ -49,12 +50,20 @@ def build_scanner(platform: Platform) -> Scanner:
     tuning = platform.settings.runtime
     return Scanner(db=platform.db, clock=platform.clock, environment=platform.settings.environment,
                    admin=PlatformTopics(platform), interval=tuning.scanner_interval,
-                   quiet=tuning.scanner_interval * 2,
-                   on_report=lambda r: _record_backlog(platform, r.outbox_oldest_age))
+                   quiet=tuning.scanner_interval * 2, resend_after=tuning.resend_after,
+                   on_report=lambda r: record_scan(platform.metrics, r, platform.settings.environment))
 
 
-def _record_backlog(platform: Platform, age) -> None:  # type: ignore[no-untyped-def]
-    platform.metrics.outbox_oldest_unsent_age.set(age.total_seconds() if age else 0)
+def record_scan(metrics: Metrics, report: ScanReport, environment: str) -> None:
+    """The outbox's backlog per topic of the environment (0 when drained) and the re-sends."""
+    age = report.outbox_oldest_age
+    metrics.outbox_oldest_unsent_age.set(age.total_seconds() if age else 0)
+    for topic in (topic_name(t, environment) for t in Topic):
+        count, oldest = report.unsent.get(topic, (0, timedelta(0)))
+        metrics.outbox_unsent.labels(topic=topic).set(count)
+        metrics.outbox_unsent_age.labels(topic=topic).set(oldest.total_seconds())
+    for topic, count in report.resent.items():
+        metrics.outbox_resent.labels(topic=topic).inc(count)
 
 
 def build_dispatcher(platform: Platform, role: str, handlers: Mapping[str, StepHandler]) -> StepDispatcher:
@@ -77,7 +86,8 @@ def build_consumer(
         bootstrap=platform.kafka_bootstrap, group_id=group_id or f"ira-{name}",
         topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
         dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
-        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size), batch_hooks=batch_hooks,
+        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size, faults=platform.settings.faults),
+        batch_hooks=batch_hooks,
         on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome),
         on_lag=lambda lags: set_lag(platform.metrics, name, lags))
     built.append(runner)

@@ -22,7 +22,13 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from ira.core.alert import SourceKind
-from ira.core.errors import AuthenticationError, BrokerUnavailableError, NotFoundError, PlatformError
+from ira.core.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    NotFoundError,
+    PlatformError,
+    StoreUnavailableError,
+)
 from ira.runtime.http import Lane, error_entry, json_body
 from ira.sources.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, Credentials
 from ira.sources.errors import (
@@ -45,6 +51,7 @@ STATUSES: Mapping[type[PlatformError], int] = {
     InvalidPayloadError: 422,
     RateLimitedError: 429,
     BrokerUnavailableError: 503,
+    StoreUnavailableError: 503,
     EdgeUnavailableError: 503,
 }
 """Everything the use-case raises on purpose; anything else is a bug (the lane's 500)."""

@@ -1,23 +1,28 @@
-"""Edge dedupe: the first request to carry an alert state wins; every copy inside the window
-is answered "duplicate" without touching the broker.
+"""Edge dedupe: an alert state the gateway already made durable is answered "duplicate"
+without touching the store or the broker.
 
-One mark per event, ``SET <mark> 1 NX PX <window>``: NX makes the claim atomic across
-gateway replicas (1,000 concurrent copies -> exactly one winner), PX lets it lapse on its
-own. All marks of a request are set by ONE small server-side script that also counts the
-request against its source's rate window (:mod:`ira.sources.ratelimit`) and marks nothing
-when the source is over its rate: one command instead of a pipeline of N+2 is what keeps a
-100-alert request cheap, and a refused request leaves no mark to clean up.
+One mark per event, ``<mark> = 1 PX <window>``, lapsing on its own. All marks of a request are
+read (or set) by ONE small server-side script that also counts the request against its
+source's rate window (:mod:`ira.sources.ratelimit`) and looks at no mark when the source is
+over its rate: one command instead of a pipeline of N+2 is what keeps a 100-alert request cheap.
 
-Requests of one source that arrive together share that call: while one call is in flight,
-the next requests queue, and the next call admits all of them (each still counted and
-marked on its own, in arrival order). redis-py's client costs ~90 µs of CPU per call here,
-the largest single cost of a webhook; under load one call serves many requests, and with
-no load a request waits for nothing but its own call.
+A mark promises "this state is durable", so it is set only once that is true, and how depends
+on the commit point (``ingest.ack``):
 
-A mark promises "this state is on the bus", so it must not outlive a produce that failed:
-the caller releases (DEL) the marks it set whenever it cannot answer 202, and the sender's
-retry is then accepted. This is the fast path only: the durable dedupe is triage's inbox
-(event ids are deterministic, see :mod:`ira.sources.identity`).
+* ``store`` (:data:`CHECK`, then :data:`MARK`): the script only *reads* the marks; events
+  without one go to the store's outbox, whose unique message id is the durable dedupe (1,000
+  concurrent copies -> one row, one "accepted"); once that transaction committed, their marks
+  are set. A crash between the two leaves no mark behind, so the sender's retry is never
+  taken for a duplicate of something that was not stored.
+* ``broker`` (:data:`CLAIM`): ``SET NX`` claims the marks first (the claim is the dedupe across
+  gateway replicas), and the caller releases (DEL) them whenever it cannot answer 202.
+
+Requests of one source that arrive together share a call: while one call is in flight, the
+next requests queue, and the next call serves all of them (each still counted and marked on
+its own, in arrival order). redis-py's client costs ~90 µs of CPU per call here, the largest
+single cost of a webhook; under load one call serves many requests, and with no load a
+request waits for nothing but its own call. The durable dedupe is the store (the outbox, then
+triage's inbox): event ids are deterministic (:mod:`ira.sources.identity`).
 
 Every key of one source carries the hash tag ``{<source id>}``, so the script and the
 release stay in one slot on a Redis Cluster too.
@@ -39,24 +44,41 @@ from ira.sources.ratelimit import RateWindow
 
 DEFAULT_PREFIX = "ira:"
 
+CLAIM, CHECK, MARK = "claim", "check", "mark"
+"""What the script does with a request's marks: claim them (SET NX), only look (EXISTS), or
+set them (SET: the events are durable now; nothing is counted)."""
+
 ADMIT_SCRIPT = """
--- Admits n requests of one source, in order. ARGV[1] = n; then per request four values:
--- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k.
+-- Serves n requests of one source, in order. ARGV[1] = n; then per request five values:
+-- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k, its op.
 -- KEYS: per request, its rate counter and then its k marks.
--- Returns, per request, its count and k flags: 1 = this call set the mark, 0 = the mark was
--- there already or the request is over its rate (then no mark is set).
+-- Returns, per request, its count (0 for 'mark') and k flags: 1 = fresh (claim: this call set
+-- the mark; check: no mark there; mark: set), 0 = a mark was there or the request is over its
+-- rate (then no mark is looked at).
 local out, key, arg = {}, 1, 2
 for _ = 1, tonumber(ARGV[1]) do
-  local limit, marks = tonumber(ARGV[arg]), tonumber(ARGV[arg + 3])
-  local count = redis.call('INCR', KEYS[key])
-  if count == 1 then redis.call('PEXPIRE', KEYS[key], ARGV[arg + 1]) end
+  local limit, marks, op = tonumber(ARGV[arg]), tonumber(ARGV[arg + 3]), ARGV[arg + 4]
+  local count = 0
+  if op ~= 'mark' then
+    count = redis.call('INCR', KEYS[key])
+    if count == 1 then redis.call('PEXPIRE', KEYS[key], ARGV[arg + 1]) end
+  end
   out[#out + 1] = count
   for i = 1, marks do
     local fresh = 0
-    if count <= limit and redis.call('SET', KEYS[key + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
+    if op == 'mark' then
+      redis.call('SET', KEYS[key + i], '1', 'PX', ARGV[arg + 2])
+      fresh = 1
+    elseif count <= limit then
+      if op == 'claim' then
+        if redis.call('SET', KEYS[key + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
+      elseif redis.call('EXISTS', KEYS[key + i]) == 0 then
+        fresh = 1
+      end
+    end
     out[#out + 1] = fresh
   end
-  key, arg = key + marks + 1, arg + 4
+  key, arg = key + marks + 1, arg + 5
 end
 return out
 """
@@ -79,10 +101,11 @@ class _Ask:
     rate: RateWindow
     keys: list[str]
     window_ms: int
+    op: str
     answer: asyncio.Future[Admission]
 
-    def args(self) -> tuple[int, int, int, int]:
-        return self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys)
+    def args(self) -> tuple[int, int, int, int, str]:
+        return self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys), self.op
 
 
 class EdgeDedupe:
@@ -106,9 +129,10 @@ class EdgeDedupe:
     def key(self, source_id: str, event_id: str) -> str:
         return f"{self.source_prefix(source_id)}seen:{event_id}"
 
-    async def admit(self, rate: RateWindow, keys: Sequence[str], *, window: timedelta) -> Admission:
-        """Count the request and, if within the rate, ``SET NX PX`` every key (see the module doc)."""
-        ask = _Ask(rate, list(keys), max(1, int(window.total_seconds() * 1000)),
+    async def admit(self, rate: RateWindow, keys: Sequence[str], *, window: timedelta, op: str = CLAIM) -> Admission:
+        """Count the request and, if within the rate, claim (``SET NX PX``) or only look at every
+        key; with :data:`MARK`, set every key and count nothing (see the module doc)."""
+        ask = _Ask(rate, list(keys), max(1, int(window.total_seconds() * 1000)), op,
                    asyncio.get_running_loop().create_future())
         self._waiting.setdefault(rate.source_id, []).append(ask)
         if rate.source_id not in self._callers:
@@ -155,7 +179,8 @@ class EdgeDedupe:
             count, fresh = int(reply[at]), [flag == 1 for flag in reply[at + 1:at + 1 + len(ask.keys)]]
             at += 1 + len(ask.keys)
             if ask.answer.done():  # its request was cancelled meanwhile: nobody will produce these
-                orphaned += [key for key, is_fresh in zip(ask.keys, fresh, strict=True) if is_fresh]
+                if ask.op == CLAIM:
+                    orphaned += [key for key, is_fresh in zip(ask.keys, fresh, strict=True) if is_fresh]
             else:
                 ask.answer.set_result(Admission(count=count, fresh=fresh))
         if orphaned:

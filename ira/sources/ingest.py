@@ -1,41 +1,33 @@
-"""The ingest use-case: one webhook request in, its events on ``ira.alerts.v1``, or nothing.
+"""The ingest use-case: one webhook request in, its events safe, or nothing.
 
 authenticate -> parse and validate -> normalize -> rate limit + dedupe (one Redis call)
--> produce every fresh event concurrently and wait for every ack -> 202.
+-> make every fresh event safe (:mod:`ira.sources.accept`: the store's outbox, or the
+broker's acks) -> 202.
 
-All or nothing per request: the answer is 202 only after the broker acknowledged every event
-the request brought; if any produce fails, every dedupe mark the request set is released and
-the sender gets 503 + Retry-After, so its retry is accepted rather than taken for a duplicate.
-Events that were acknowledged before the failure are published again by that retry with the
-same ``event_id`` (ids are deterministic), which triage's inbox drops.
+All or nothing per request: the answer is 202 only after every event the request brought is
+safe; otherwise the sender gets 503 + Retry-After and no dedupe mark remains for an event
+that is not, so its retry is accepted rather than taken for a duplicate. Events made safe
+before a failure come again with the same ``event_id`` (ids are deterministic), which the
+outbox or triage's inbox drops.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-from redis.asyncio import Redis
-
-from ira.core.alert import ALERT_MESSAGE, CHANGE_MESSAGE, AlertEvent, ChangeEvent, SourceKind
+from ira.core.alert import SourceKind
 from ira.core.clock import Clock
-from ira.core.commit import OutboxMessage
-from ira.core.envelope import Envelope
 from ira.core.errors import NotFoundError
 from ira.runtime.settings import SourceSettings
 from ira.sources import alertmanager, change, generic, grafana
+from ira.sources.accept import Acceptance, Event
 from ira.sources.auth import Credentials, authenticate
 from ira.sources.context import SourceContext
-from ira.sources.dedupe import DEFAULT_PREFIX, EdgeDedupe
-from ira.sources.errors import EdgeUnavailableError
+from ira.sources.dedupe import EdgeDedupe
 from ira.sources.ratelimit import rate_window
 
-log = logging.getLogger(__name__)
-
-Event = AlertEvent | ChangeEvent
 Normalizer = Callable[[bytes, SourceContext], Sequence[Event]]
 NORMALIZERS: Mapping[SourceKind, Normalizer] = {
     SourceKind.ALERTMANAGER: alertmanager.events,
@@ -43,12 +35,6 @@ NORMALIZERS: Mapping[SourceKind, Normalizer] = {
     SourceKind.GENERIC: generic.events,
     SourceKind.CHANGE: change.events,
 }
-
-
-class Publisher(Protocol):
-    """Where events go: the platform's BusProducer (acks=all, BrokerUnavailableError on failure)."""
-
-    async def publish_many(self, messages: Sequence[OutboxMessage]) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -75,25 +61,13 @@ class IngestResult:
                            "event_ids": self.event_ids}).encode()
 
 
-def event_message(topic: str, event: Event) -> OutboxMessage:
-    """The envelope on ``ira.alerts.v1``: alerts keyed ``tenant:fingerprint``, changes ``tenant:service``."""
-    if isinstance(event, AlertEvent):
-        kind, key = ALERT_MESSAGE, f"{event.tenant_id}:{event.fingerprint}"
-    else:
-        kind, key = CHANGE_MESSAGE, f"{event.tenant_id}:{event.service}"
-    envelope = Envelope(message_id=event.event_id, type=kind, tenant_id=event.tenant_id,
-                        occurred_at=event.received_at, payload=event.model_dump(mode="json"))
-    return OutboxMessage(topic=topic, key=key, envelope=envelope)
-
-
 class Ingest:
     """Accepts webhook requests for the configured ``sources``; see the module docstring."""
 
-    def __init__(self, *, sources: Sequence[SourceSettings], topic: str, redis: Redis, publisher: Publisher,
-                 clock: Clock, redis_prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, *, sources: Sequence[SourceSettings], dedupe: EdgeDedupe, acceptance: Acceptance,
+                 clock: Clock) -> None:
         self._sources = {source.id: source for source in sources}
-        self._topic, self._redis, self._publisher, self._clock = topic, redis, publisher, clock
-        self._dedupe = EdgeDedupe(redis, prefix=redis_prefix)
+        self._dedupe, self._acceptance, self._clock = dedupe, acceptance, clock
 
     def source(self, kind: str, source_id: str) -> SourceSettings:
         """The configured source; NotFoundError (404) if unknown or configured as another kind."""
@@ -115,31 +89,6 @@ class Ingest:
         events = NORMALIZERS[source.kind](request.body, ctx)
         keys = [self._dedupe.key(source.id, event.event_id) for event in events]
         rate = rate_window(source, now, key_prefix=self._dedupe.source_prefix(source.id))
-        admission = await self._dedupe.admit(rate, keys, window=source.dedupe_window)
-        rate.check(admission.count)
-        fresh = [event for event, is_fresh in zip(events, admission.fresh, strict=True) if is_fresh]
-        await self._publish(fresh, [key for key, is_fresh in zip(keys, admission.fresh, strict=True) if is_fresh])
-        return IngestResult(accepted=len(fresh), duplicates=len(events) - len(fresh),
+        accepted = sum(await self._acceptance.accept(rate, events, keys, window=source.dedupe_window))
+        return IngestResult(accepted=accepted, duplicates=len(events) - accepted,
                             event_ids=[event.event_id for event in events])
-
-    async def _publish(self, events: list[Event], marks: list[str]) -> None:
-        """Produce all at once, wait for every ack; on any failure release every mark, re-raise."""
-        if not events:
-            return
-        try:
-            await self._produce(events)
-        except BaseException:  # BrokerUnavailableError, or the request was cancelled mid-produce
-            await self._release_quietly(marks)
-            raise
-
-    async def _produce(self, events: list[Event]) -> None:
-        """Send every event, then wait for every ack (BusProducer adds the §5 headers and traceparent)."""
-        await self._publisher.publish_many([event_message(self._topic, event) for event in events])
-
-    async def _release_quietly(self, marks: list[str]) -> None:
-        """Release marks without hiding the produce failure the caller is about to re-raise."""
-        try:
-            await self._dedupe.release(marks)
-        except EdgeUnavailableError:
-            log.error("could not release %d dedupe mark(s) after a failed produce: retries inside the "
-                      "dedupe window will be taken for duplicates", len(marks))

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ira.core.alert import ALERTS_INBOX
 from ira.core.envelope import PRODUCTION, Topic, topic_name
 from ira.runtime.wiring import build_consumer
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ira.runtime.platform import Platform
     from ira.triage.noise_process import NoiseWorkerProcess
 
-CONSUMER = "triage"
+CONSUMER = ALERTS_INBOX
 
 
 def scoped(name: str, environment: str) -> str:

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.alert import ALERT_MESSAGE, CHANGE_MESSAGE, AlertEvent, ChangeEvent, DecisionKind, Evaluation
 from ira.core.clock import Clock
 from ira.core.commit import OutboxMessage
-from ira.core.decision import DECISION_MESSAGE, IncidentDecision
+from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, IncidentDecision
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import InvalidMessageError, TransientError
 from ira.core.ids import new_id
@@ -229,7 +229,8 @@ class TriageHandler:
             alert=alert, opened_at=record.opened_at, reason=evaluation.reason, basis=evaluation.basis)
         envelope = Envelope(message_id=evaluation.evaluation_id, type=DECISION_MESSAGE, tenant_id=alert.tenant_id,
                             occurred_at=grouped.now, traceparent=traceparent, payload=payload.model_dump(mode="json"))
-        return OutboxMessage(topic=self._topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope)
+        return OutboxMessage(topic=self._topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope,
+                             awaits=DECISIONS_INBOX)
 
 
 class Grouped(Model):

@@ -28,9 +28,10 @@ from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import InvalidMessageError
 from ira.runtime.http import create_app
 from ira.runtime.settings import Settings
+from ira.runtime.settings.ingest import IngestSettings
 from ira.runtime.telemetry import Metrics
+from ira.sources.accept import Outbox, Publisher
 from ira.sources.auth import sign
-from ira.sources.ingest import Publisher
 from ira.sources.main import build_lane
 from tests.eventually import eventually
 from tests.processes import free_port
@@ -85,12 +86,15 @@ class Harness:
 
 
 def harness(
-    *, environment: str, redis: Redis, publisher: Publisher, clock: Clock, redis_prefix: str,
-    config: Settings | None = None,
+    *, environment: str, redis: Redis, clock: Clock, redis_prefix: str, publisher: Publisher | None = None,
+    outbox: Outbox | None = None, config: Settings | None = None,
 ) -> Harness:
+    """The lane with ``ingest.ack: store`` when given an ``outbox``, else ``broker`` on ``publisher``."""
     metrics = Metrics(CollectorRegistry())
-    lane = build_lane(config or settings(), redis=redis, publisher=publisher, clock=clock,
-                          registry=metrics.registry, redis_prefix=redis_prefix, environment=environment)
+    ack = IngestSettings(ack="store" if outbox is not None else "broker")
+    config = (config or settings()).model_copy(update={"ingest": ack})
+    lane = build_lane(config, redis=redis, publisher=publisher, outbox=outbox, clock=clock,
+                      registry=metrics.registry, redis_prefix=redis_prefix, environment=environment)
     return Harness(app=create_app(metrics=metrics, routers=[lane]), topic=topic_name(Topic.ALERTS, environment),
                    metrics=metrics, redis_prefix=redis_prefix)
 

@@ -57,6 +57,7 @@ from ira.runtime.bus.record import (
     span_attributes,
 )
 from ira.runtime.duty import Duty, enlist
+from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,14 @@ class ConsumerSettings:
     max_unexpected_attempts: int = 5
     """Tries for an exception outside ira's error tree before the record is dead-lettered."""
     request_timeout: timedelta = timedelta(seconds=10)
+    faults: frozenset[str] = frozenset()
+    """Armed fault points (tests): ``consumer.<name>.after_apply`` dies after the handler's
+    transaction committed and before the offset is committed."""
+
+
+def after_apply(name: str) -> str:
+    """The fault point of consumer ``name`` between its store commit and its offset commit."""
+    return f"consumer.{name}.after_apply"
 
 
 def _ms(delta: timedelta) -> int:
@@ -126,6 +135,7 @@ class ConsumerRunner:
         self._on_lag = on_lag
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
+        self._faults, self._after_apply = FaultPoints(settings.faults), after_apply(name)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Join the group, consume until ``stop``, then finish the current record, commit, leave.
@@ -193,6 +203,7 @@ class ConsumerRunner:
         """Commit after ``last``; a failure (rebalance, broker down) only means redelivery."""
         if last is None:
             return
+        self._faults.hit(self._after_apply)
         try:
             await consumer.commit({tp: last + 1})
         except KafkaError as exc:

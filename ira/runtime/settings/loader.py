@@ -34,6 +34,7 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_SLACK_CHANNEL": "slack.channel",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
     "IRA_FAULTS": "faults",
+    "IRA_INGEST_ACK": "ingest.ack",
     "IRA_NOTIFIER_WEBHOOK_URL": "notifier.webhook_url",
     "IRA_NOTIFIER_WEBHOOK_SECRET": "notifier.webhook_secret",
     "IRA_TICKETS": "tickets.kind",

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from ira.core.alert import SourceKind
 from ira.core.budget import BudgetDimension
 from ira.runtime.settings.agents import AgentsSettings
+from ira.runtime.settings.ingest import IngestSettings
 from ira.runtime.settings.section import NAME, Duration, Section
 from ira.runtime.settings.tickets import TenantSettings, TicketsSettings
 from ira.runtime.settings.triage import TriageSettings
@@ -113,6 +114,8 @@ class RuntimeTuning(Section):
     step_lease: Duration = timedelta(seconds=30)
     drain_timeout: Duration = timedelta(seconds=20)
     """On SIGINT/SIGTERM: longest wait for in-flight requests, consumers and the relay to go quiet."""
+    resend_after: Duration = timedelta(seconds=30)
+    """A sent message its consumer has not applied this long after is sent again (then 2x, 4x ... 32x)."""
 
 
 def _dims(**amounts: int) -> dict[BudgetDimension, int]:
@@ -188,6 +191,8 @@ class Settings(Section):
     """None: ``ira dev`` starts the embedded Tansu broker."""
     kafka: KafkaSettings = KafkaSettings()
     sources: tuple[SourceSettings, ...] = ()
+    ingest: IngestSettings = IngestSettings()
+    """When the webhook answers 202: after the store's commit (default) or the broker's ack."""
     api_tokens: tuple[ApiToken, ...] = ()
     slack: SlackSettings = SlackSettings()
     approval_expiry: Duration = timedelta(minutes=30)
@@ -221,6 +226,14 @@ class Settings(Section):
         if isinstance(data.get("sources"), list):
             data["sources"] = [{"tenant": tenant, **s} if isinstance(s, dict) else s for s in data["sources"]]
         return data
+
+    @model_validator(mode="after")
+    def _durable_ack(self) -> Settings:
+        if self.ingest.ack == "broker" and not self.kafka_bootstrap:
+            raise ValueError("ingest.ack: broker needs an external Kafka (kafka_bootstrap) that replicates what it "
+                             "acknowledges; the embedded broker keeps records in memory only, so a 202 after its "
+                             "ack could be lost: use ingest.ack: store")
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

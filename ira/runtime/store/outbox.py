@@ -12,12 +12,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.model import Model
 from ira.runtime.store.schema import outbox
+
+MessageKey = tuple[str, str]
+"""(tenant_id, message_id): a message's identity in the outbox."""
 
 
 class OutboxRow(Model):
@@ -44,25 +48,33 @@ def envelope_headers(env: Envelope) -> dict[str, str]:
         headers["traceparent"] = env.traceparent
     return headers
 
+def _row(m: OutboxMessage, at: datetime) -> dict[str, object]:
+    return {"tenant_id": m.envelope.tenant_id, "message_id": m.envelope.message_id, "topic": m.topic, "key": m.key,
+            "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits}
+
+
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
     """Write messages in the caller's transaction; they are published only if it commits."""
     if not messages:
         return
-    await conn.execute(
-        insert(outbox),
-        [
-            {
-                "tenant_id": m.envelope.tenant_id,
-                "message_id": m.envelope.message_id,
-                "topic": m.topic,
-                "key": m.key,
-                "value": m.envelope.to_bytes(),
-                "headers": message_headers(m),
-                "created_at": at,
-            }
-            for m in messages
-        ],
-    )
+    await conn.execute(insert(outbox), [_row(m, at) for m in messages])
+
+
+async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:
+    """Write the messages the outbox does not hold yet; return the keys of those written.
+
+    A message whose ``(tenant_id, message_id)`` is already there (sent or not) is left alone:
+    deterministic ids make the outbox the durable dedupe of whoever enqueues with them (the
+    webhook's alert states). ``INSERT .. ON CONFLICT DO NOTHING RETURNING``, one statement.
+    """
+    if not messages:
+        return set()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    rows = {(m.envelope.tenant_id, m.envelope.message_id): _row(m, at) for m in messages}  # one per id
+    result = await conn.execute(
+        dialect.insert(outbox).on_conflict_do_nothing().returning(outbox.c.tenant_id, outbox.c.message_id),
+        list(rows.values()))
+    return {(row.tenant_id, row.message_id) for row in result}
 
 def _claimable(now: datetime):  # type: ignore[no-untyped-def]
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))

@@ -223,9 +223,15 @@ outbox = Table(
     Column("claimed_by", String(128)),
     Column("claimed_until", _tz()),
     Column("sent_at", _tz()),
+    Column("awaits", String(100)),
+    Column("check_at", _tz()),
+    Column("resends", Integer, nullable=False, server_default="0"),
     UniqueConstraint("tenant_id", "message_id"),
     Index("ix_outbox_unsent", "sent_at", "id"),
+    Index("ix_outbox_awaiting", "awaits", "sent_at"),
 )
+"""``awaits``: the consumer whose inbox must come to hold the message; the scanner re-sends a
+sent row until it does (then clears it). ``check_at``: not before this time again (backoff)."""
 
 inbox = Table(
     "inbox", metadata,
