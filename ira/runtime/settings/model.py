@@ -115,7 +115,7 @@ class RuntimeTuning(Section):
     drain_timeout: Duration = timedelta(seconds=20)
     """On SIGINT/SIGTERM: longest wait for in-flight requests, consumers and the relay to go quiet."""
     resend_after: Duration = timedelta(seconds=30)
-    """A sent message its consumer has not applied this long after is sent again (then 2x, 4x ... 32x)."""
+    """A sent message its consumer has not applied this long after is sent again (then 2x, 4x, 8x)."""
 
 
 def _dims(**amounts: int) -> dict[BudgetDimension, int]:

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.runtime.store.schema import inbox, outbox
 
-MAX_DOUBLINGS = 5
+MAX_DOUBLINGS = 3
 _o = outbox.c
 
 
