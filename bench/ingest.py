@@ -1,14 +1,19 @@
 """Ingest benchmark: alerts/s and POST -> 202 latency of ira's webhook, against references.
 
 Usage: .venv/bin/python bench/ingest.py [--duration 6] [--rounds 3] [--connections 32] [--ops N]
+       [--ack store,broker] [--untraced]
 
 What runs (all on this machine, on loopback):
 
 * ``ira worker --role gateway`` (one uvicorn worker, tracing on as in production) on an
   embedded Tansu broker and an embedded Redis (unix socket), as ``ira dev`` would start
-  them; only the HTTP edge runs, so triage and the other loops do not compete for the CPU.
-  It runs twice: as shipped (``ira``) and with ``OTEL_SDK_DISABLED=true`` (``ira_untraced``),
-  which shows what the OpenTelemetry middleware costs per request;
+  them, and SQLite; only the HTTP edge runs, so triage and the other loops do not compete for
+  the CPU. Once per commit point (``--ack``): ``ira`` answers after the store's commit
+  (``ingest.ack: store``, the default), with the outbox relay in the same process moving the
+  alerts on to the broker, as in ``ira dev`` (``bench/gateway_relay.py``; its CPU counts);
+  ``ira_broker`` answers after the broker's acks (``ingest.ack: broker``). With
+  ``--untraced``, also ``ira_untraced`` (store, ``OTEL_SDK_DISABLED=true``): what the
+  OpenTelemetry middleware costs per request;
 * the *raw chain* (``bench/raw_chain.py``): FastAPI -> Redis SET NX -> aiokafka
   send_and_wait, on the same broker and Redis: the ceiling the issue measures ingest against;
 * a real Alertmanager (Debian package) receiving the same alerts on ``/api/v2/alerts``.
@@ -119,31 +124,36 @@ def started(command: list[str], *, env: dict[str, str], log: Path, ready_url: st
             process.wait()
 
 
-def ira_config(tmp: Path) -> Path:
+def ira_config(tmp: Path, ack: str) -> Path:
     """The dev config, with rate limits out of the way (the benchmark measures throughput)."""
     config = yaml.safe_load(render_config_template())
     for source in config["sources"]:
         source["rate_limit_per_second"] = 1_000_000
-    config.update(log_level="WARNING", data_dir=str(tmp))
+    config.update(log_level="WARNING", data_dir=str(tmp), ingest={"ack": ack})
     path = tmp / "ira.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 @contextlib.contextmanager
-def ira_gateway(tmp: Path, bootstrap: str, redis_url: str, *, traced: bool = True) -> Iterator[Target]:
-    """``ira worker --role gateway``; ``traced=False`` sets OTEL_SDK_DISABLED (no-op spans)."""
+def ira_gateway(tmp: Path, bootstrap: str, redis_url: str, *, ack: str = "store", traced: bool = True
+                ) -> Iterator[Target]:
+    """``ira worker --role gateway``, or with ``ack="store"`` the gateway and the relay in one
+    process (``bench/gateway_relay.py``); ``traced=False`` sets OTEL_SDK_DISABLED (no-op spans)."""
     tmp.mkdir()
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IRA_", "OTEL_"))}
-    env.update(IRA_CONFIG=str(ira_config(tmp)), IRA_KAFKA_BOOTSTRAP=bootstrap, IRA_REDIS_URL=redis_url,
-               IRA_DATABASE_URL=f"sqlite:///{tmp / 'ira.db'}", IRA_HTTP_PORT=str(port), IRA_DATA_DIR=str(tmp))
+    env.update(IRA_CONFIG=str(ira_config(tmp, ack)), IRA_KAFKA_BOOTSTRAP=bootstrap, IRA_REDIS_URL=redis_url,
+               IRA_DATABASE_URL=f"sqlite:///{tmp / 'ira.db'}", IRA_DATA_DIR=str(tmp))
     if not traced:
         env["OTEL_SDK_DISABLED"] = "true"
     subprocess.run([str(IRA), "db", "upgrade"], env=env, cwd=tmp, check=True, capture_output=True)  # noqa: S603
+    name = ("ira" if ack == "store" else f"ira_{ack}") + ("" if traced else "_untraced")
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    name = "ira" if traced else "ira_untraced"
-    with started([str(IRA), "worker", "--role", "gateway"], env=env, log=tmp / f"{name}.log",
+    # store: the relay is part of every alert's path; it runs in the gateway's process, as in ira dev
+    command = [sys.executable, "-m", "bench.gateway_relay"] if ack == "store" else [
+        str(IRA), "worker", "--role", "gateway"]
+    with started(command, env={**env, "IRA_HTTP_PORT": str(port)}, log=tmp / f"{name}.log",
                  ready_url=f"{url}/readyz") as pid:
         yield Target(name, f"{url}/v1/sources/alertmanager/am", "webhook", pid,
                      ("Content-Type: application/json", f"Authorization: Bearer {AM_TOKEN}"))
@@ -256,24 +266,28 @@ async def embedded_stack(tmp: Path) -> AsyncIterator[tuple[str, str]]:
         await broker.stop()
 
 
-async def run(load: Load) -> None:
+async def run(load: Load, *, acks: list[str], untraced: bool) -> None:
     for tool in ("wrk", ALERTMANAGER):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench/ingest.py needs {tool}")
     with tempfile.TemporaryDirectory(prefix="ira-bench-ingest-") as name:
         tmp = Path(name)
         async with embedded_stack(tmp) as (bootstrap, redis_url):
-            with ira_gateway(tmp / "traced", bootstrap, redis_url) as ira, \
-                    ira_gateway(tmp / "untraced", bootstrap, redis_url, traced=False) as untraced, \
-                    raw_chain(tmp, bootstrap, redis_url) as raw, alertmanager(tmp) as am:
+            with contextlib.ExitStack() as stack:
+                ours = [stack.enter_context(ira_gateway(tmp / ack, bootstrap, redis_url, ack=ack)) for ack in acks]
+                if untraced:
+                    ours.append(stack.enter_context(ira_gateway(tmp / "untraced", bootstrap, redis_url,
+                                                                ack=acks[0], traced=False)))
+                raw = stack.enter_context(raw_chain(tmp, bootstrap, redis_url))
+                am = stack.enter_context(alertmanager(tmp))
                 progress(f"cores {os.cpu_count()}, load {os.getloadavg()}; warming up")
                 warmup = Load(duration=1 if load.ops else 3, connections=load.connections)
-                for target in (ira, untraced, raw, am):
+                for target in (*ours, raw, am):
                     await run_wrk(target, warmup, per_request=1, dup_percent=0)
-                await scenarios(load, (ira, untraced), raw, am)
+                await scenarios(load, tuple(ours), raw, am)
 
 
-async def scenarios(load: Load, ours: tuple[Target, Target], raw: Target, am: Target) -> None:
+async def scenarios(load: Load, ours: tuple[Target, ...], raw: Target, am: Target) -> None:
     """Each scenario in ``load.rounds`` rounds; in a round every target runs back to back, so a
     ratio compares runs that shared the machine's mood (this machine's speed drifts by 20 %)."""
     for scenario in SCENARIOS:
@@ -296,6 +310,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=6, help="seconds per run (default 6)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per scenario; ratios are their median")
     parser.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections")
+    parser.add_argument("--ack", default="store,broker",
+                        help="commit points to measure, comma-separated: store (target ira), broker (ira_broker)")
+    parser.add_argument("--untraced", action="store_true", help="also the first --ack with tracing disabled")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
     args = parser.parse_args()
@@ -303,7 +320,11 @@ def main() -> None:
     # embedded Redis daemonizes and would outlive us otherwise.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = 1 if args.ops else args.rounds
-    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops, rounds=rounds)))
+    acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]
+    if not acks or set(acks) - {"store", "broker"}:
+        raise SystemExit("--ack takes store and/or broker")
+    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops, rounds=rounds),
+                    acks=acks, untraced=args.untraced))
 
 
 if __name__ == "__main__":
