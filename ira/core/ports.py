@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -19,11 +20,26 @@ from ira.core.signals import (
 from ira.core.ticket import Ticket, TicketRequest
 
 
+@dataclass(frozen=True)
+class RawRecord:
+    """Bytes for a topic, as an outbox row stored them."""
+
+    topic: str
+    key: str
+    value: bytes
+    headers: Mapping[str, str]
+
+
 class RawPublisher(Protocol):
     """Puts bytes on a topic and returns once the broker acknowledged them."""
 
     async def publish_raw(self, topic: str, key: str, value: bytes, headers: Mapping[str, str]) -> object:
         """Raise BrokerUnavailableError when the broker did not acknowledge."""
+        ...
+
+    async def publish_raw_many(self, records: Sequence[RawRecord]) -> Sequence[object]:
+        """Send all, wait for all; per record its acknowledgement or the error (never raises
+        for one record: the caller marks what was acknowledged)."""
         ...
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ira.core.clock import Clock
 from ira.core.errors import TransientError
-from ira.core.ports import RawPublisher, TopicAdmin
+from ira.core.ports import RawPublisher, RawRecord, TopicAdmin
 from ira.runtime.duty import enlist
 from ira.runtime.fault import FaultPoints
 from ira.runtime.pause import pause
@@ -64,8 +64,8 @@ class OutboxRelay:
                                             lease=self.lease, limit=self.batch_size)
         if not rows:
             return 0
-        results = await asyncio.gather(
-            *(self.publisher.publish_raw(r.topic, r.key, r.value, r.headers) for r in rows), return_exceptions=True)
+        results = await self.publisher.publish_raw_many(
+            [RawRecord(topic=r.topic, key=r.key, value=r.value, headers=r.headers) for r in rows])
         self.faults.hit(AFTER_PUBLISH)
         sent = [r.id for r, res in zip(rows, results, strict=True) if not isinstance(res, BaseException)]
         async with self.db.transaction() as conn:
