@@ -10,10 +10,13 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 
 from ira.core.clock import SystemClock
+from ira.core.errors import ConfigError
+from ira.runtime.settings import load_settings
 from ira.runtime.store.database import Database
 from ira.runtime.store.group_commit import GroupCommit
 from ira.runtime.store.migrate import upgrade
@@ -146,3 +149,12 @@ async def test_a_request_cancelled_during_its_commit_leaves_the_store_consistent
         retry = await client.post(AM, content=distinct_alert(9), headers=bearer(AM_TOKEN))
     assert retry.status_code == 202
     assert await stored_ids(db) == Counter({retry.json()["event_ids"][0]: 1})
+
+
+def test_ack_broker_is_refused_on_the_embedded_broker_and_allowed_on_an_external_one() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"IRA_INGEST_ACK": "broker"})
+    assert refused.value.key == "ingest"
+    assert "embedded broker keeps records in memory" in refused.value.message
+    external = load_settings({"IRA_INGEST_ACK": "broker", "IRA_KAFKA_BOOTSTRAP": "kafka-1:9092,kafka-2:9092"})
+    assert (external.ingest.ack, load_settings({}).ingest.ack) == ("broker", "store")

@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -227,13 +228,15 @@ class Settings(Section):
             data["sources"] = [{"tenant": tenant, **s} if isinstance(s, dict) else s for s in data["sources"]]
         return data
 
-    @model_validator(mode="after")
-    def _durable_ack(self) -> Settings:
-        if self.ingest.ack == "broker" and not self.kafka_bootstrap:
-            raise ValueError("ingest.ack: broker needs an external Kafka (kafka_bootstrap) that replicates what it "
+    @field_validator("ingest")
+    @classmethod
+    def _durable_ack(cls, value: IngestSettings, info: ValidationInfo) -> IngestSettings:
+        """``kafka_bootstrap`` is validated before ``ingest`` (field order), so it is in ``info.data``."""
+        if value.ack == "broker" and not info.data.get("kafka_bootstrap"):
+            raise ValueError("ack: broker needs an external Kafka (kafka_bootstrap) that replicates what it "
                              "acknowledges; the embedded broker keeps records in memory only, so a 202 after its "
-                             "ack could be lost: use ingest.ack: store")
-        return self
+                             "ack could be lost: use ack: store")
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
