@@ -26,6 +26,10 @@ class WorkflowConfig:
         BudgetDimension.STEPS: 12, BudgetDimension.TOOL_CALLS: 30})
     artifact_max_bytes: int = 1024 * 1024
     approver_role: str = "approver"
+    notification_channel: str = "webhook"
+    """Where notifications go: ``slack`` when Slack is configured, else the webhook channel."""
+    dashboard_url: str | None = None
+    """Base of run links in notifications (``<dashboard_url>/runs/<run_id>``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkflowConfig:
@@ -34,4 +38,9 @@ class WorkflowConfig:
                    branch_deadline=c.branch_deadline, approval_expiry=settings.approval_expiry,
                    operation_deadline=c.operation_deadline, on_required_failure=c.on_required_failure,
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
-                   artifact_max_bytes=settings.artifact_max_bytes)
+                   artifact_max_bytes=settings.artifact_max_bytes,
+                   notification_channel="slack" if settings.slack.enabled else "webhook",
+                   dashboard_url=settings.slack.dashboard_url.rstrip("/"))
+
+    def run_url(self, run_id: str) -> str | None:
+        return f"{self.dashboard_url}/runs/{run_id}" if self.dashboard_url else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 class Channel(Protocol):
     name: str
 
-    async def send(self, notification: Notification) -> tuple[Receipt, bool]:
-        """One attempt: the receipt and whether retrying may help."""
+    async def send(self, notification: Notification, *, attempt: int = 0) -> tuple[Receipt, bool]:
+        """Attempt number ``attempt`` (0-based): the receipt and whether retrying may help."""
         ...
 
 
@@ -40,8 +40,10 @@ class Notifier:
     """Delivers one notification with up to ``max_attempts`` tries (counted across restarts)."""
 
     def __init__(self, db: Database, channel: Channel, clock: Clock, *, max_attempts: int = 4,
-                 backoff: timedelta = timedelta(milliseconds=200)) -> None:
+                 backoff: timedelta = timedelta(milliseconds=200), others: Sequence[Channel] = ()) -> None:
+        """``channel`` sends every delivery unless one of ``others`` is named on its row."""
         self._db, self._channel, self._clock = db, channel, clock
+        self._others = {c.name: c for c in others}
         self._max_attempts, self._backoff = max_attempts, backoff
 
     async def handle(self, envelope: Envelope, meta: RecordMeta | None = None) -> str | None:
@@ -56,14 +58,23 @@ class Notifier:
 
     async def _attempt(self, row: dict[str, Any], notification: Notification) -> dict[str, Any]:
         if row["attempts"]:
-            await asyncio.sleep(self._backoff.total_seconds() * 2 ** (row["attempts"] - 1))
-        receipt, retry = await self._channel.send(notification)
+            await asyncio.sleep(self._wait(row))
+        channel = self._others.get(row["channel"], self._channel)
+        receipt, retry = await channel.send(notification, attempt=row["attempts"])
         last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
         final = _final(row, receipt) if last else None
         async with self._db.transaction() as conn:
             row = await store.record_attempt(conn, row, receipt, final=final, at=self._clock.now())
         log.info("delivery %s attempt %d: %s", row["notification_id"], row["attempts"], receipt.state.value)
         return row
+
+
+    def _wait(self, row: dict[str, Any]) -> float:
+        """The channel's Retry-After when it gave one (Slack's 429), else doubling backoff."""
+        told = row["receipts"][-1]["detail"].get("retry_after") if row["receipts"] else None
+        if told is not None:
+            return float(told)
+        return self._backoff.total_seconds() * 2 ** (row["attempts"] - 1)
 
 
 def _final(row: dict[str, Any], receipt: Receipt) -> DeliveryState:
