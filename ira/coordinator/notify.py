@@ -19,6 +19,7 @@ from ira.core.delivery import DELIVERY_REQUESTED, Notification, NotificationKind
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id, new_id
 from ira.core.run import Run
+from ira.runtime.store import outbox
 from ira.runtime.store.artifacts import put_artifact
 
 APPROVAL_REQUESTED = NotificationKind.APPROVAL_REQUESTED
@@ -45,3 +46,13 @@ async def request_notification(
                                  "kind": kind})
     return OutboxMessage(topic=topic_name(Topic.DELIVERIES, config.environment),
                          key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope)
+
+
+async def announce(
+    conn: AsyncConnection, run: Run, *, kind: NotificationKind, data: dict[str, Any], config: WorkflowConfig,
+    at: datetime,
+) -> None:
+    """A notification for a change committed without a run commit of its own (a work item
+    opened, a late ticket confirmed): its outbox row goes in the caller's transaction."""
+    message = await request_notification(conn, run, kind=kind, data=data, config=config, at=at)
+    await outbox.enqueue(conn, [message], at=at)

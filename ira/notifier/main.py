@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import httpx
@@ -14,6 +14,8 @@ from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
 from ira.runtime.bus.consumer import ConsumerSettings
 from ira.runtime.platform import Platform
+from ira.runtime.readiness import ReadinessCheck
+from ira.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -45,6 +47,18 @@ class NotifierRole:
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
         return ()
+
+    def doctor_checks(self, settings: Settings) -> Mapping[str, ReadinessCheck]:
+        """``slack``: ``auth.test`` with the bot token and the bot's membership of the channel."""
+        slack = settings.slack
+        if not slack.enabled or slack.bot_token is None:
+            return {}
+        poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+
+        async def check() -> None:
+            await poster.check(slack.channel)
+
+        return {"slack": check}
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         s = platform.settings

@@ -59,7 +59,8 @@ async def posted_for_run(conn: AsyncConnection, tenant_id: str, run_id: str, *, 
         _d.state == DeliveryState.ACCEPTED).order_by(_d.created_at, _d.notification_id))
     found = []
     for row in rows:
-        detail: dict[str, Any] = next((r["detail"] for r in reversed(row.receipts) if r["state"] == DeliveryState.ACCEPTED), {})
+        accepted = [r["detail"] for r in row.receipts if r["state"] == DeliveryState.ACCEPTED]
+        detail: dict[str, Any] = accepted[-1] if accepted else {}
         if "ts" not in detail:
             continue
         _, body = await get_artifact(conn, tenant_id, row.payload_ref)

@@ -6,13 +6,13 @@ import asyncio
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ira.core.errors import ConfigError
 from ira.runtime.devstart import clear_data_dir, port_hint, port_in_use, ready_block
 from ira.runtime.logs import configure_logging
-from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, kafka_check, redis_check, run_checks
-from ira.runtime.role import Role, load_roles
+from ira.runtime.readiness import ReadinessCheck, kafka_check, redis_check, run_checks
+from ira.runtime.role import ChecksOutside, Role, load_roles
 from ira.runtime.settings import Settings
 from ira.runtime.stack import open_platform
 from ira.runtime.store.database import Database
@@ -22,6 +22,8 @@ from ira.runtime.telemetry import setup_tracing, shutdown_tracing
 
 Say = Callable[[str], None]
 GATEWAY = "gateway"
+OUTSIDE_CHECK_TIMEOUT = timedelta(seconds=5)
+"""``ira doctor``'s bound per check: outside services (Slack) answer slower than a local database."""
 
 
 async def run_dev(
@@ -171,7 +173,10 @@ async def run_doctor(settings: Settings, *, say: Say) -> int:
         checks["redis"] = redis_check(redis)
     if settings.kafka_bootstrap:
         checks["kafka"] = kafka_check(settings.kafka_bootstrap, settings.environment)
-    failing = await run_checks(checks, timeout=DEFAULT_CHECK_TIMEOUT)
+    for role in load_roles().values():
+        if isinstance(role, ChecksOutside):
+            checks.update(role.doctor_checks(settings))
+    failing = await run_checks(checks, timeout=OUTSIDE_CHECK_TIMEOUT)
     for name in checks:
         say(f"{name:9} {'FAIL ' + failing[name] if name in failing else 'ok'}")
     if "database" not in failing:

@@ -7,13 +7,15 @@ service package: ``sources`` registers ``gateway``, ``triage`` registers ``triag
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ira.runtime.http import Route
     from ira.runtime.platform import Platform
+    from ira.runtime.readiness import ReadinessCheck
+    from ira.runtime.settings import Settings
 
 ENTRY_POINT_GROUP = "ira.roles"
 
@@ -29,6 +31,15 @@ class Role(Protocol):
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set, then return after releasing what it holds."""
+        ...
+
+
+@runtime_checkable
+class ChecksOutside(Protocol):
+    """A role that talks to an outside service ``ira doctor`` should probe (Slack, ...)."""
+
+    def doctor_checks(self, settings: Settings) -> Mapping[str, ReadinessCheck]:
+        """Checks by name for what ``settings`` configures; empty when nothing is."""
         ...
 
 

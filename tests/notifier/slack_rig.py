@@ -18,7 +18,6 @@ from ira.coordinator.api import build_router
 from ira.coordinator.deps import Deps
 from ira.coordinator.slack import SlackInteractions, build_slack_router
 from ira.core.clock import FrozenClock
-from ira.core.envelope import Envelope
 from ira.core.operation import Approval
 from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel
@@ -27,7 +26,7 @@ from ira.runtime.http import create_app
 from ira.runtime.settings import Settings
 from ira.runtime.store.database import Database
 from ira.runtime.telemetry import Metrics
-from tests.coordinator.harness import Pump, api_settings
+from tests.coordinator.harness import T0, Pump, api_settings, build, decision, envelope, run_for_incident
 from tests.coordinator.test_approvals import waiting_for_approval
 from tests.fakes.slack import BOT_TOKEN, CHANNEL_ID, SIGNING_SECRET, FakeSlack, fake_slack
 from tests.fakes.slack_interactions import block_actions_body, buttons_of, signed_headers
@@ -52,13 +51,18 @@ class SlackRig:
     deps: Deps
     clock: FrozenClock
     run_id: str
-    approval: Approval
+    approval: Approval | None
     slack: FakeSlack
     notifier: Notifier
     interactions: SlackInteractions
     client: httpx.AsyncClient
     sent: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def approval_id(self) -> str:
+        assert self.approval is not None
+        return self.approval.approval_id
 
     async def notify(self) -> None:
         """Hand every committed notification not handed yet to the notifier."""
@@ -91,9 +95,15 @@ class SlackRig:
 
 
 @asynccontextmanager
-async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4) -> AsyncIterator[SlackRig]:
-    pump, deps, clock, _, run_id, approval = await waiting_for_approval(
-        db, notification_channel="slack", dashboard_url=DASHBOARD)
+async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4,
+                    behaviour: dict[str, str] | None = None) -> AsyncIterator[SlackRig]:
+    """A run waiting for approval; with ``behaviour`` (scripted branches), wherever that leads."""
+    if behaviour is None:
+        pump, deps, clock, _, run_id, approval = await waiting_for_approval(
+            db, notification_channel="slack", dashboard_url=DASHBOARD)
+    else:
+        pump, deps, clock, run_id = await _started(db, behaviour)
+        approval = None
     async with fake_slack(latency=latency) as slack:
         settings = slack_settings(slack.url)
         poster = SlackChatPoster(build_web_client(BOT_TOKEN, api_url=slack.url))
@@ -115,5 +125,12 @@ async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4
                 await pump.close()
 
 
-def delivery_envelope(rig: SlackRig, index: int = 0) -> Envelope:
-    return rig.pump.deliveries[index]
+async def _started(db: Database, behaviour: dict[str, str]) -> tuple[Pump, Deps, FrozenClock, str]:
+    clock = FrozenClock(T0)
+    pump, deps = build(db, clock=clock, behaviour=behaviour, notification_channel="slack", dashboard_url=DASHBOARD)
+    d = decision()
+    await pump.decide(envelope(d))
+    await pump.drain()
+    run = await run_for_incident(db, d.incident_id)
+    assert run is not None
+    return pump, deps, clock, run.run_id

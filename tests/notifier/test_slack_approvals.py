@@ -17,7 +17,7 @@ from ira.runtime.store import runs
 from ira.runtime.store.database import Database
 from tests.coordinator.harness import decision, envelope
 from tests.coordinator.test_approvals import approval_of, events_of
-from tests.fakes.slack import CHANNEL_ID, SIGNING_SECRET
+from tests.fakes.slack import SIGNING_SECRET
 from tests.fakes.slack_interactions import buttons_of, signed_headers
 from tests.notifier.slack_rig import LEAD, STRANGER, VIEWER, SlackRig, slack_rig
 
@@ -34,7 +34,7 @@ async def test_the_whole_walk_approved_from_slack_creates_one_ticket_and_updates
     async with slack_rig(db) as rig:
         await rig.notify()
         [posted] = rig.approval_posts()
-        assert buttons_of(posted)["approve"].startswith(rig.approval.approval_id + "|")
+        assert buttons_of(posted)["approve"].startswith(rig.approval_id + "|")
         assert rig.slack.replies(posted["ts"]), "the full report goes into the thread"
 
         answer = await rig.click(posted)
@@ -47,7 +47,7 @@ async def test_the_whole_walk_approved_from_slack_creates_one_ticket_and_updates
             run = await runs.get_run(conn, "acme", rig.run_id)
     assert answer.status_code == 200
     assert run.state == RunState.COMPLETED and [t.key for t in created] == ["INC-1"]
-    assert (await approval_of(db, rig.approval.approval_id)).decided_by == "lead"
+    assert (await approval_of(db, rig.approval_id)).decided_by == "lead"
     assert updated["ts"] == posted["ts"] and updated.get("edited")
     assert f"Approved by <@{LEAD}> (lead)" in texts(updated) and "INC-1" in texts(updated)
     assert "approve" not in buttons_of(updated), "a decided message has no buttons left"
@@ -90,7 +90,7 @@ async def test_an_unverifiable_interaction_is_refused_before_parsing(
         metrics = (await rig.client.get("/metrics")).text
     assert (answer.status_code, answer.json()["errors"][0]["code"]) == (401, "invalid_signature")
     assert 'ira_slack_interactions_total{outcome="invalid_signature"} 1.0' in metrics
-    assert (await approval_of(db, rig.approval.approval_id)).state == ApprovalState.PENDING
+    assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
     assert rig.slack.calls_of("chat.update") == [] and await tickets(rig) == []
 
 
@@ -107,7 +107,7 @@ async def test_a_click_by_someone_who_may_not_approve_is_refused_and_recorded(
         answer = await rig.click(posted, user=user)
         await rig.pump.drain()
     assert answer.status_code == 200, "Slack shows an error for anything else; the refusal is told ephemerally"
-    assert (await approval_of(db, rig.approval.approval_id)).state == ApprovalState.PENDING
+    assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
     [refused] = await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")
     assert (refused["principal"], refused["code"]) == (principal, "role_missing")
     [ephemeral] = rig.slack.ephemeral
@@ -183,7 +183,3 @@ async def _deliveries(db: Database, rig: SlackRig) -> list[dict[str, Any]]:
 
     async with db.reader() as conn:
         return await records.list_deliveries(conn, "acme", rig.run_id)
-
-
-def test_channel_id_constant_is_what_the_rig_posts_to() -> None:
-    assert CHANNEL_ID.startswith("C")
