@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import records
 from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Verdict, judge, target_state
-from ira.coordinator.approval_view import approval_message
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
 from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
@@ -53,7 +52,7 @@ async def ask(
         created_at=at)
     await _record_request(conn, run, approval, draft=draft, at=at)
     message = await request_notification(conn, run, kind=APPROVAL_REQUESTED, config=config, at=at,
-                                         data=await _approval_data(conn, run, approval, draft=draft, config=config))
+                                         data=await _approval_data(conn, run, approval, draft=draft))
     await runs.commit(conn, RunCommit(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.WAITING,
         wait_kind=WaitKind.APPROVAL, fence=fence(claim) if claim else None,
@@ -81,12 +80,10 @@ async def _record_request(conn: AsyncConnection, run: Run, approval: Approval, *
 
 
 async def _approval_data(conn: AsyncConnection, run: Run, approval: Approval, *,
-                         draft: DraftRecord, config: WorkflowConfig) -> dict[str, object]:
+                         draft: DraftRecord) -> dict[str, object]:
     doc = await load_model(conn, run.tenant_id, draft.ref, model=TicketDraft)
     content = doc.request.model_dump(mode="json") if doc else {}
-    message = await approval_message(conn, run, approval, draft_version=draft.version, config=config)
-    return {"message": message.model_dump(mode="json"), "approval_id": approval.approval_id,
-            "incident_id": run.incident_id, "draft_ref": draft.ref,
+    return {"approval_id": approval.approval_id, "incident_id": run.incident_id, "draft_ref": draft.ref,
             "draft_version": draft.version, "expires_at": approval.expires_at.isoformat(),
             "required_role": approval.required_role, "decision_path": f"/v1/approvals/{approval.approval_id}/decision",
             "title": content.get("title"), "severity": content.get("severity"), "body": content.get("body")}
@@ -125,6 +122,8 @@ async def _apply(
         "approval_id": approval.approval_id, "principal": principal, "payload_hash": approval.payload_hash,
         "resource_version": approval.resource_version})
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
+    await announce(conn, run, kind=NotificationKind.APPROVAL_DECIDED, config=config, at=at, data={
+        "approval_id": approval.approval_id, "decision": choice.value, "principal": principal})
     if choice == Choice.REJECT:
         await end_run(conn, run, state=RunState.FAILED, outcome="approval_rejected", config=config, at=at,
                       step_states={approval.step_id: StepState.FAILED}, events=(decided,))

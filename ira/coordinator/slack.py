@@ -6,12 +6,16 @@ Order of work, each step refusing what it cannot trust:
 2. the ``block_actions`` payload and the button's value (400 if malformed);
 3. the Slack user mapped to a principal and roles (``slack.approvers``); an unmapped user is
    decided as a principal without roles, so the refusal lands on the run's log like any other;
-4. the decision through :func:`record_decision`, idempotent on the Slack action id;
-5. the 200 answer (Slack wants one within 3 s) — then, after it, the message is updated to
-   what became of the approval and the clicker is told ephemerally why a click was refused.
+4. the decision through :func:`record_decision`, idempotent on the Slack action id; a click
+   on an expired approval expires it now (what its timer would do a little later);
+5. the 200 answer (Slack wants one within 3 s) — then, after it, the clicker is told
+   ephemerally why a click was refused.
 
-It lives with the approval API because a click *is* a decision command; Slack posting
-(``ira.connectors.slack``) is shared with the notifier, and neither imports the other.
+The message itself is updated by the notifier: every decision (from Slack, the API or the
+dashboard) commits an ``approval_decided`` notification, and the notifier re-renders the
+message from the read model. The route lives with the approval API because a click *is* a
+decision command; the Slack client (``ira.connectors.slack``) is shared with the notifier,
+and neither service imports the other.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from prometheus_client import Counter
 
-from ira.connectors.slack import render
 from ira.connectors.slack.errors import SlackRejectedError, SlackUnavailableError
 from ira.connectors.slack.interactions import (
     APPROVE,
@@ -34,12 +37,11 @@ from ira.connectors.slack.interactions import (
     InteractionVerifier,
     parse_block_actions,
 )
+from ira.coordinator import gate
 from ira.coordinator.approval import Choice, Judgement, RefusalCode, Verdict
-from ira.coordinator.approval_view import approval_status, approval_view
 from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
-from ira.core.chat import ApprovalOutcome, ChatRef
-from ira.core.errors import InvalidMessageError, NotFoundError
+from ira.core.errors import ConcurrentUpdateError, InvalidMessageError, NotFoundError
 from ira.core.ports import ChatPoster
 from ira.runtime.http import error_response
 from ira.runtime.settings import Settings
@@ -58,7 +60,6 @@ class SlackInteractions:
         self._settings, self._deps, self._poster, self._verifier = settings, deps, poster, verifier
         self._outcomes = Counter("ira_slack_interactions", "Slack interactions by outcome", ["outcome"],
                                  registry=metrics.registry)
-        self._chat_users: Mapping[str, str] = {a.principal: a.slack_user for a in settings.slack.approvers}
         self.follow_ups: set[asyncio.Task[None]] = set()
 
     async def handle(self, body: bytes, headers: Mapping[str, str]) -> Response:
@@ -74,7 +75,11 @@ class SlackInteractions:
             return Response(status_code=200)
         judgement = await self._decide(payload, value)
         self._outcomes.labels(judgement.code or judgement.verdict.value).inc()
-        self._later(self._follow_up(payload, value, judgement))
+        if judgement.code == RefusalCode.EXPIRED:
+            await self._expire(value.approval_id, tenant=self._tenant_of(payload.user.id))
+        if judgement.verdict == Verdict.REFUSE and payload.container.channel_id:
+            self._later(self._poster.tell(payload.container.channel_id, payload.user.id,
+                                          text=self._why(payload, judgement)))
         return Response(status_code=200)
 
     async def _decide(self, payload: BlockActions, value: ActionValue) -> Judgement:
@@ -91,20 +96,13 @@ class SlackInteractions:
             return Judgement.refuse(RefusalCode.NOT_WAITING, "no such approval")
         return judgement
 
-    async def _follow_up(self, payload: BlockActions, value: ActionValue, judgement: Judgement) -> None:
-        """After the 200: re-render the message from the approval's state; explain a refusal."""
-        channel, ts = payload.container.channel_id, payload.container.message_ts
-        tenant = self._tenant_of(payload.user.id)
-        async with self._deps.db.reader() as conn:
-            approval, message, ticket = await approval_view(conn, tenant, value.approval_id,
-                                                            config=self._deps.config)
-        status = approval_status(approval, now=self._deps.clock.now(), ticket_key=ticket, chat_users=self._chat_users)
-        if channel and ts and status.outcome != ApprovalOutcome.PENDING:
-            rendered = render.approval_message(message, status, now=self._deps.clock.now())
-            await self._poster.update(ChatRef(channel=channel, ts=ts, thread_ts=payload.container.thread_ts),
-                                      text=rendered.text, blocks=rendered.blocks)
-        if channel and judgement.verdict == Verdict.REFUSE:
-            await self._poster.tell(channel, payload.user.id, text=self._why(payload, judgement))
+    async def _expire(self, approval_id: str, *, tenant: str) -> None:
+        """The same expiry as the approval's timer: the run ends, the notifier updates the message."""
+        try:
+            async with self._deps.db.transaction() as conn:
+                await gate.expire(conn, tenant, approval_id, config=self._deps.config, at=self._deps.clock.now())
+        except ConcurrentUpdateError:
+            log.info("approval %s was expired concurrently (its timer)", approval_id)
 
     def _why(self, payload: BlockActions, judgement: Judgement) -> str:
         if self._settings.slack_approver(payload.user.id) is None:

@@ -1,9 +1,9 @@
 """What a person is shown in a chat channel about a run, as data (no rendering, no I/O).
 
 ``ApprovalMessage`` is everything needed to decide on a ticket draft without opening
-anything else; the coordinator writes it into the approval notification when it asks, so
-the notifier posts what was committed. ``ApprovalStatus`` is what happened to that approval
-since (decided, expired, superseded, ticket created): the message is re-rendered from both.
+anything else (the notifier builds it from the read model: the draft the approval binds, the
+report behind it). ``ApprovalStatus`` is what happened to that approval since (decided,
+expired, superseded, ticket created): the message is re-rendered from both.
 Renderers (Slack Block Kit in ``ira.connectors.slack.render``) are pure functions of these.
 """
 
@@ -29,7 +29,6 @@ class Finding(Model):
 class ApprovalMessage(Model):
     """The draft to approve and the report behind it, as the approver must see it."""
 
-    tenant_id: str
     run_id: str
     incident_id: str
     approval_id: str

@@ -37,6 +37,7 @@ class NotificationKind(StrEnum):
     """What a notification announces; channels render each kind their own way."""
 
     APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
     APPROVAL_EXPIRED = "approval_expired"
     TICKET_CREATED = "ticket_created"
     RUN_COMPLETED = "run_completed"

@@ -23,9 +23,11 @@ from ira.connectors.slack.errors import SlackRejectedError, SlackUnavailableErro
 from ira.core.chat import ApprovalMessage, ApprovalOutcome, ApprovalStatus, ChatRef
 from ira.core.clock import Clock
 from ira.core.delivery import Notification, NotificationKind, Receipt
+from ira.core.errors import NotFoundError
 from ira.core.ports import ChatPoster
 from ira.core.states import DeliveryState
 from ira.notifier import store
+from ira.notifier.approval_view import approval_status, load_approval
 from ira.notifier.store import Posted
 from ira.runtime.store.database import Database
 
@@ -55,6 +57,8 @@ class SlackChannel:
             state = DeliveryState.UNKNOWN if exc.maybe_applied else DeliveryState.FAILED
             wait = exc.retry_after.total_seconds() if exc.retry_after else None
             return self._receipt(state, error=exc.error, retry_after=wait), True
+        except NotFoundError as exc:  # nothing to show (the run or its draft is gone): nothing was sent
+            return self._receipt(DeliveryState.FAILED, error=exc.code, reason=str(exc)), False
         return self._receipt(DeliveryState.ACCEPTED, channel_id=ref.channel, ts=ref.ts, thread_ts=ref.thread_ts), False
 
     async def _deliver(self, n: Notification, *, retry: bool) -> ChatRef:
@@ -62,23 +66,40 @@ class SlackChannel:
         roots = [p for p in earlier if p.notification.kind == NotificationKind.APPROVAL_REQUESTED]
         if n.kind == NotificationKind.APPROVAL_REQUESTED:
             return await self._approval(n, roots, retry=retry)
-        thread = roots[0].ref if roots else None
-        message = _notice(n)
-        ref = await self._post_once(n, message, thread=thread, retry=retry)
-        if roots and n.kind in _SETTLING:
-            await self._best_effort(self._settle(roots[-1], n))
+        asked = _asked(roots, n.data.get("approval_id"))
+        if n.kind == NotificationKind.APPROVAL_DECIDED and asked is not None:
+            await self._render(asked)  # the decision shows on the message that asked for it
+            return asked.ref
+        ref = await self._post_once(n, _notice(n), thread=roots[0].ref if roots else None, retry=retry)
+        if asked is not None and n.kind in _SETTLING:
+            await self._best_effort(self._render(asked))
         return ref
 
     async def _approval(self, n: Notification, roots: Sequence[Posted], *, retry: bool) -> ChatRef:
-        msg = ApprovalMessage.model_validate(n.data["message"])
         thread = roots[0].ref if roots else None
-        ref = await self._post_once(n, render.approval_message(msg, now=self._clock.now()), thread=thread, retry=retry)
+        msg, status = await self._view(n)
+        rendered = render.approval_message(msg, status, now=self._clock.now())
+        ref = await self._post_once(n, rendered, thread=thread, retry=retry)
         if thread is None:
             await self._best_effort(self._report(n, msg, ref))
-        else:  # a revision: the older draft's buttons are dead; say so where they are
-            status = ApprovalStatus(outcome=ApprovalOutcome.SUPERSEDED, reason=f"draft v{msg.draft_version} below")
-            await self._best_effort(self._update(roots[-1], status))
+        else:  # a revision: the older draft's buttons are dead; its message says so
+            await self._best_effort(self._render(roots[-1]))
         return ref
+
+    async def _view(self, n: Notification) -> tuple[ApprovalMessage, ApprovalStatus | None]:
+        """The approval's message and, once it is no longer pending, what became of it."""
+        async with self._db.reader() as conn:
+            msg, approval, detail = await load_approval(conn, n.tenant_id, n.run_id or "", str(n.data["approval_id"]),
+                                                        run_url=n.data.get("run_url"))
+        status = approval_status(approval, now=self._clock.now(), ticket_key=detail.ticket,
+                                 chat_users=self._chat_users)
+        return msg, None if status.outcome == ApprovalOutcome.PENDING else status
+
+    async def _render(self, posted: Posted) -> None:
+        """Re-render an approval message from the approval's current state."""
+        msg, status = await self._view(posted.notification)
+        message = render.approval_message(msg, status, now=self._clock.now())
+        await self._poster.update(posted.ref, text=message.text, blocks=message.blocks)
 
     async def _post_once(self, n: Notification, message: render.SlackMessage, *, thread: ChatRef | None,
                          retry: bool) -> ChatRef:
@@ -98,25 +119,6 @@ class SlackChannel:
             await self._poster.post(root.channel, text=part.text, blocks=part.blocks,
                                     key=f"{n.notification_id}:report:{i}", thread_ts=root.ts)
 
-    async def _settle(self, root: Posted, n: Notification) -> None:
-        """Show on the approval message what became of it (ticket created, expired, ...)."""
-        if n.kind == NotificationKind.APPROVAL_EXPIRED:
-            await self._update(root, ApprovalStatus(outcome=ApprovalOutcome.EXPIRED, at=n.created_at))
-            return
-        async with self._db.reader() as conn:
-            decided = await store.latest_decision(conn, n.tenant_id, root.notification.run_id or "")
-        tickets = n.data.get("tickets") or {}
-        key = n.data.get("ticket_key") or next(iter(tickets.values()), None)
-        by = decided.decided_by if decided else None
-        await self._update(root, ApprovalStatus(outcome=ApprovalOutcome.APPROVED, principal=by,
-                                                chat_user=self._chat_users.get(by or ""),
-                                                at=decided.decided_at if decided else None, ticket_key=key))
-
-    async def _update(self, root: Posted, status: ApprovalStatus) -> None:
-        msg = ApprovalMessage.model_validate(root.notification.data["message"])
-        message = render.approval_message(msg, status, now=self._clock.now())
-        await self._poster.update(root.ref, text=message.text, blocks=message.blocks)
-
     async def _earlier(self, n: Notification) -> list[Posted]:
         if n.run_id is None:
             return []
@@ -128,7 +130,7 @@ class SlackChannel:
         """Thread replies and updates decorate an accepted post; their failure is logged, not retried."""
         try:
             await work
-        except (SlackRejectedError, SlackUnavailableError) as exc:
+        except (SlackRejectedError, SlackUnavailableError, NotFoundError) as exc:
             log.warning("slack follow-up failed: %s", exc)
 
     def _receipt(self, state: DeliveryState, **detail: object) -> Receipt:
@@ -136,9 +138,18 @@ class SlackChannel:
         return Receipt(at=self._clock.now(), state=state, detail={"channel": self.name, **kept})
 
 
-_SETTLING = frozenset({NotificationKind.TICKET_CREATED, NotificationKind.RUN_COMPLETED,
-                       NotificationKind.APPROVAL_EXPIRED})
+_SETTLING = frozenset({NotificationKind.APPROVAL_DECIDED, NotificationKind.TICKET_CREATED,
+                       NotificationKind.RUN_COMPLETED, NotificationKind.APPROVAL_EXPIRED})
 """Kinds after which the run's approval message shows its final state."""
+
+
+_PAST = {"approve": "approved", "reject": "rejected"}
+
+
+def _asked(roots: Sequence[Posted], approval_id: object) -> Posted | None:
+    """The message that asked for ``approval_id``; else the run's latest approval message."""
+    named = [p for p in roots if p.notification.data.get("approval_id") == approval_id]
+    return named[-1] if named else (roots[-1] if roots else None)
 
 
 def _notice(n: Notification) -> render.SlackMessage:
@@ -157,6 +168,9 @@ def _notice(n: Notification) -> render.SlackMessage:
             run_url=run_url),
         NotificationKind.APPROVAL_EXPIRED: lambda: render.notice(
             "Approval expired: no ticket was created", [title], run_url=run_url),
+        NotificationKind.APPROVAL_DECIDED: lambda: render.notice(
+            f"Approval {_PAST.get(str(d.get('decision')), d.get('decision'))} by {d.get('principal')}", [title],
+            run_url=run_url),
     }
     build = texts.get(n.kind, lambda: render.notice(f"{n.kind}: {title}", [], run_url=run_url))
     return build()

@@ -11,10 +11,9 @@ from ira.core.chat import ChatRef
 from ira.core.delivery import Notification, Receipt
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.model import Model
-from ira.core.operation import Approval
 from ira.core.states import DeliveryState, check_delivery_transition
 from ira.runtime.store.artifacts import get_artifact
-from ira.runtime.store.schema import approvals, deliveries
+from ira.runtime.store.schema import deliveries
 
 _d = deliveries.c
 
@@ -68,10 +67,3 @@ async def posted_for_run(conn: AsyncConnection, tenant_id: str, run_id: str, *, 
             channel=detail["channel_id"], ts=detail["ts"], thread_ts=detail.get("thread_ts"))))
     return found
 
-
-async def latest_decision(conn: AsyncConnection, tenant_id: str, run_id: str) -> Approval | None:
-    """The run's newest settled approval (who decided, when), if any."""
-    row = (await conn.execute(select(approvals).where(
-        approvals.c.tenant_id == tenant_id, approvals.c.run_id == run_id, approvals.c.decided_at.is_not(None))
-        .order_by(approvals.c.decided_at.desc()).limit(1))).first()
-    return Approval.model_validate(dict(row._mapping)) if row else None

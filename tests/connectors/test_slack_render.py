@@ -19,7 +19,7 @@ LIMITS = {"blocks": 50, "text": 3000, "header": 150, "field": 2000, "fields": 10
 def huge_report(**over: Any) -> ApprovalMessage:
     """300 facts and 80 hypotheses of 900 characters, a 60,000-character draft, markup to escape."""
     base = dict(
-        tenant_id="acme", run_id="run_1", incident_id="inc_1", approval_id="apr_1",
+        run_id="run_1", incident_id="inc_1", approval_id="apr_1",
         title="order-service p99 latency above 2s <script>" * 20, severity="critical", service="order-service",
         environment="prod", opened_at=NOW - timedelta(minutes=75),
         facts=tuple(Finding(text=f"fact {i} " + "p99 went from 210ms to 2.1s & <more> " * 25, source="prometheus",

@@ -139,10 +139,15 @@ async def test_approve_after_expiry_says_expired_on_the_message(db: Database) ->
         await rig.notify()
         [posted] = rig.approval_posts()
         rig.clock.advance(rig.deps.config.approval_expiry + timedelta(seconds=1))
-        answer = await rig.click(posted)
+        answer = await rig.click(posted)  # before the expiry timer fired: the click expires it
+        await rig.pump.drain()
+        await rig.notify()
         [updated] = rig.approval_posts()
+        async with db.reader() as conn:
+            run = await runs.get_run(conn, "acme", rig.run_id)
     assert answer.status_code == 200
     assert ":hourglass: Expired" in texts(updated) and "approve" not in buttons_of(updated)
+    assert (run.state, run.outcome) == (RunState.FAILED, "approval_expired")
     assert [e["code"] for e in await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")] == ["expired"]
     assert "expired" in rig.slack.ephemeral[0]["text"] and await tickets(rig) == []
 
