@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy ira
 
 # Smoke-runs every benchmark with a small workload; figures go to stdout as JSON lines.
-BENCHES := store bus steps triage runs investigate ingest
+BENCHES := store bus steps triage runs investigate ingest slack
 
 bench: $(STAMP)
 	@for name in $(BENCHES); do \

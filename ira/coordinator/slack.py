@@ -48,6 +48,8 @@ from ira.runtime.settings import Settings
 from ira.runtime.telemetry import Metrics
 
 log = logging.getLogger(__name__)
+MAX_BODY = 256 * 1024
+"""Slack's interaction payloads are a few KiB (the message's blocks included)."""
 UNMAPPED = "slack:"
 """Principal name prefix of a Slack user missing from ``slack.approvers`` (it holds no role)."""
 
@@ -63,6 +65,8 @@ class SlackInteractions:
         self.follow_ups: set[asyncio.Task[None]] = set()
 
     async def handle(self, body: bytes, headers: Mapping[str, str]) -> Response:
+        if len(body) > MAX_BODY:
+            return self._refuse(413, "too_large", f"an interaction is at most {MAX_BODY} bytes")
         if not self._verifier.is_valid(body, headers):
             return self._refuse(401, "invalid_signature", "bad or stale Slack signature")
         try:

@@ -15,7 +15,7 @@ from ira.core.alert import DecisionKind
 from ira.core.states import ApprovalState, DeliveryState, RunState
 from ira.runtime.store import runs
 from ira.runtime.store.database import Database
-from tests.coordinator.harness import decision, envelope
+from tests.coordinator.harness import auth, decision, envelope
 from tests.coordinator.test_approvals import approval_of, events_of
 from tests.fakes.slack import SIGNING_SECRET
 from tests.fakes.slack_interactions import buttons_of, signed_headers
@@ -188,3 +188,24 @@ async def _deliveries(db: Database, rig: SlackRig) -> list[dict[str, Any]]:
 
     async with db.reader() as conn:
         return await records.list_deliveries(conn, "acme", rig.run_id)
+
+
+async def test_a_decision_on_the_dashboard_updates_the_slack_message_too(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        answer = await rig.client.post(f"/v1/approvals/{rig.approval_id}/decision", json={"decision": "reject"},
+                                       headers=auth("lead"))
+        await rig.pump.drain()
+        await rig.notify()
+        [updated] = rig.approval_posts()
+    assert answer.status_code == 200
+    assert f":x: Rejected by <@{LEAD}> (lead)" in texts(updated) and "approve" not in buttons_of(updated)
+
+
+async def test_an_oversized_interaction_is_refused_unread(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        body = b"payload=" + b"x" * (300 * 1024)
+        answer = await rig.client.post("/slack/interactions", content=body,
+                                       headers=signed_headers(SIGNING_SECRET, body,
+                                                              timestamp=int(rig.clock.now().timestamp())))
+    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (413, "too_large")
