@@ -158,7 +158,7 @@ def _notice(n: Notification) -> render.SlackMessage:
     title = str(d.get("title") or n.run_id or "")
     texts: dict[str, Callable[[], render.SlackMessage]] = {
         NotificationKind.RUN_COMPLETED: lambda: render.notice(
-            f"Run completed: {title}", [f"Ticket *{k}*" for k in (d.get("tickets") or {}).values()]
+            f"Run completed: {title}", [f"Ticket {k}" for k in (d.get("tickets") or {}).values()]
             + [f"Missing branches: {', '.join(d['missing_branches'])}"] * bool(d.get("missing_branches")),
             run_url=run_url),
         NotificationKind.TICKET_CREATED: lambda: render.notice(

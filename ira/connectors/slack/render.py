@@ -95,8 +95,9 @@ def report_thread(msg: ApprovalMessage) -> list[SlackMessage]:
 
 def notice(title: str, lines: Sequence[str], *, run_url: str | None = None,
            buttons: Sequence[Block] = ()) -> SlackMessage:
-    """A short notification (ticket created, run completed, run needs a person)."""
-    blocks: list[Block] = [_section(f"*{title}*" + ("\n" + "\n".join(lines) if lines else ""))]
+    """A short notification (ticket created, run completed, run needs a person); plain text in."""
+    body = "\n".join(_escape(line) for line in lines)
+    blocks: list[Block] = [_section(f"*{_escape(title)}*" + ("\n" + body if body else ""))]
     elements = [*buttons, *([_link_button("Open run", run_url)] if run_url else [])]
     if elements:
         blocks.append({"type": "actions", "elements": elements[:25]})
