@@ -14,18 +14,16 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from ira.coordinator import control, gate
+from ira.coordinator import control
 from ira.coordinator.approval import Choice, RefusalCode, Verdict
+from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
 from ira.coordinator.facts import store_json
 from ira.coordinator.reconcile import close_manual_repair
-from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
 from ira.runtime.auth import Principal, principal_for
 from ira.runtime.http import error_response
 from ira.runtime.settings import Settings
-
-_DECISION_TRIES = 5
 
 
 class DecisionBody(Model):
@@ -97,17 +95,9 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
 
 async def _decide(deps: Deps, caller: Principal, approval_id: str, *,
                   body: DecisionBody) -> dict[str, Any] | JSONResponse:
-    """One transaction per try; a concurrent click that won makes this one a duplicate or a 409."""
-    for attempt in range(_DECISION_TRIES):
-        try:
-            async with deps.db.transaction() as conn:
-                approval, judgement = await gate.decide(
-                    conn, caller.tenant_id, approval_id, choice=body.decision, principal=caller.name,
-                    roles=caller.roles, reason=body.reason, config=deps.config, at=deps.clock.now())
-            break
-        except ConcurrentUpdateError:
-            if attempt == _DECISION_TRIES - 1:
-                raise
+    approval, judgement = await record_decision(
+        deps, tenant_id=caller.tenant_id, approval_id=approval_id, choice=body.decision, principal=caller.name,
+        roles=caller.roles, reason=body.reason)
     if judgement.verdict == Verdict.REFUSE:
         # the refusal is in the run's log either way; a missing role is the caller's, like cancel's
         status = 403 if judgement.code == RefusalCode.ROLE_MISSING else 409

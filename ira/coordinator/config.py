@@ -28,6 +28,10 @@ class WorkflowConfig:
         BudgetDimension.STEPS: 28, BudgetDimension.TOOL_CALLS: 36})
     artifact_max_bytes: int = 1024 * 1024
     approver_role: str = "approver"
+    notification_channel: str = "webhook"
+    """Where notifications go: ``slack`` when Slack is configured, else the webhook channel."""
+    dashboard_url: str | None = None
+    """Base of run links in notifications (``<dashboard_url>/runs/<run_id>``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkflowConfig:
@@ -37,4 +41,9 @@ class WorkflowConfig:
                    operation_deadline=c.operation_deadline, on_required_failure=c.on_required_failure,
                    change_lookback=c.change_lookback, dependencies=dict(c.dependencies),
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
-                   artifact_max_bytes=settings.artifact_max_bytes)
+                   artifact_max_bytes=settings.artifact_max_bytes,
+                   notification_channel="slack" if settings.slack.enabled else "webhook",
+                   dashboard_url=settings.slack.dashboard_url.rstrip("/"))
+
+    def run_url(self, run_id: str) -> str | None:
+        return f"{self.dashboard_url}/runs/{run_id}" if self.dashboard_url else None

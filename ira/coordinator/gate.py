@@ -20,11 +20,12 @@ from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Verdict, 
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
 from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
-from ira.coordinator.notify import APPROVAL_REQUESTED, request_notification
+from ira.coordinator.notify import APPROVAL_REQUESTED, announce, request_notification
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.delivery import NotificationKind
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.events import APPROVAL_SETTLED, RunEventType
 from ira.core.ids import new_id
@@ -121,6 +122,8 @@ async def _apply(
         "approval_id": approval.approval_id, "principal": principal, "payload_hash": approval.payload_hash,
         "resource_version": approval.resource_version})
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
+    await announce(conn, run, kind=NotificationKind.APPROVAL_DECIDED, config=config, at=at, data={
+        "approval_id": approval.approval_id, "decision": choice.value, "principal": principal})
     if choice == Choice.REJECT:
         await end_run(conn, run, state=RunState.FAILED, outcome="approval_rejected", config=config, at=at,
                       step_states={approval.step_id: StepState.FAILED}, events=(decided,))
@@ -161,6 +164,8 @@ async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, con
     await end_run(conn, run, state=RunState.FAILED, outcome="approval_expired", config=config, at=at,
                   step_states={approval.step_id: StepState.FAILED}, detail={"approval_id": approval_id},
                   events=(EventDraft(type=RunEventType.APPROVAL_EXPIRED, data={"approval_id": approval_id}),))
+    await announce(conn, run, kind=NotificationKind.APPROVAL_EXPIRED, config=config, at=at,
+                   data={"approval_id": approval_id, "title": run.bindings.get("title")})
     return True
 
 

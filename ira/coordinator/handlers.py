@@ -34,6 +34,7 @@ from ira.coordinator.facts import (
     lock_run,
     store_json,
 )
+from ira.coordinator.notify import announce
 from ira.coordinator.report import (
     AcceptedBranch,
     canonical_json,
@@ -52,6 +53,7 @@ from ira.coordinator.workflow import (
     judge_action,
 )
 from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.delivery import NotificationKind
 from ira.core.errors import BudgetExhaustedError, DomainError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
@@ -137,11 +139,13 @@ async def _ask_for_review(
     """A required branch failed: a person decides (the join step waits, the worker is released)."""
     now, c = deps.clock.now(), ctx.claim
     failed = [o for o in outcomes if o.status == BranchStatus.FAILED]
+    summary = f"Required branch {', '.join(o.branch for o in failed)} failed for incident {run.incident_id}"
     await records.open_work_item(conn, WorkItem(
         work_item_id=new_id("wi"), tenant_id=c.tenant_id, kind="human_review", run_id=c.run_id,
-        state=WorkItemState.OPEN, created_at=now,
-        summary=f"Required branch {', '.join(o.branch for o in failed)} failed for incident {run.incident_id}",
+        state=WorkItemState.OPEN, created_at=now, summary=summary,
         facts={"failed": [o.model_dump(mode="json") for o in failed]}))
+    await announce(conn, run, kind=NotificationKind.RUN_NEEDS_HUMAN, config=deps.config, at=now,
+                   data={"reason": "human_review", "summary": summary, "title": run.bindings.get("title")})
     await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
         state=RunState.WAITING, wait_kind=WaitKind.HUMAN_REVIEW,

@@ -8,12 +8,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from ira.connectors.slack.client import SlackChatPoster, build_web_client
+from ira.connectors.slack.interactions import InteractionVerifier
 from ira.connectors.tickets.fault import FaultPointTicketSystem
 from ira.connectors.tickets.tenants import build_ticket_systems, remote_ticket_system
 from ira.coordinator.api import build_router
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
+from ira.coordinator.slack import SlackInteractions, build_slack_router
 from ira.coordinator.worker import CoordinatorWorker
 from ira.core.clock import SystemClock
 from ira.runtime.bus.consumer import ConsumerSettings
@@ -51,6 +54,15 @@ def build_worker(platform: Platform) -> CoordinatorWorker:
         max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o))
 
 
+def slack_interactions(platform: Platform, deps: Deps) -> SlackInteractions:
+    """``/slack/interactions`` with the bot's client (only called when Slack is configured)."""
+    slack = platform.settings.slack
+    assert slack.bot_token is not None and slack.signing_secret is not None
+    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+    return SlackInteractions(platform.settings, deps, poster=poster, metrics=platform.metrics,
+                             verifier=InteractionVerifier(slack.signing_secret.get_secret_value(), platform.clock))
+
+
 def _count(platform: Platform, outcome: RecordOutcome) -> None:
     m = platform.metrics
     if outcome.outcome == Outcome.PROCESSED:
@@ -67,7 +79,11 @@ class CoordinatorRole:
     name = "coordinator"
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        return [build_router(platform.settings, build_deps(platform))]
+        deps = build_deps(platform)
+        found = [build_router(platform.settings, deps)]
+        if platform.settings.slack.enabled:
+            found.append(build_slack_router(slack_interactions(platform, deps)))
+        return found
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         await build_worker(platform).run(stop)

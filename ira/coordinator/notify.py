@@ -15,15 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator import records
 from ira.coordinator.config import WorkflowConfig
 from ira.core.commit import OutboxMessage
-from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification
+from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification, NotificationKind
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id, new_id
 from ira.core.run import Run
+from ira.runtime.store import outbox
 from ira.runtime.store.artifacts import put_artifact
 
-WEBHOOK = "webhook"
-APPROVAL_REQUESTED = "approval_requested"
-RUN_COMPLETED = "run_completed"
+APPROVAL_REQUESTED = NotificationKind.APPROVAL_REQUESTED
+RUN_COMPLETED = NotificationKind.RUN_COMPLETED
 
 
 async def request_notification(
@@ -35,14 +35,25 @@ async def request_notification(
     version it read), so a receiver can tell which state the notification describes.
     """
     notification = Notification(notification_id=new_id("ntf"), tenant_id=run.tenant_id, run_id=run.run_id,
-                                run_version=run.state_version + 1, kind=kind, data=data, created_at=at)
+                                run_version=run.state_version + 1, kind=kind,
+                                data={"run_url": config.run_url(run.run_id), **data}, created_at=at)
     ref = await put_artifact(conn, run.tenant_id, notification.model_dump_json().encode(),
                              media_type="application/json", max_bytes=config.artifact_max_bytes, at=at)
     await records.insert_delivery(conn, tenant_id=run.tenant_id, notification_id=notification.notification_id,
-                                  run_id=run.run_id, channel=WEBHOOK, payload_ref=ref.ref, at=at)
+                                  run_id=run.run_id, channel=config.notification_channel, payload_ref=ref.ref, at=at)
     envelope = Envelope(message_id=new_event_id(), type=DELIVERY_REQUESTED, tenant_id=run.tenant_id, occurred_at=at,
                         payload={"notification_id": notification.notification_id, "run_id": run.run_id,
                                  "kind": kind})
     return OutboxMessage(topic=topic_name(Topic.DELIVERIES, config.environment),
                          key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope,
                          awaits=DELIVERIES_INBOX)
+
+
+async def announce(
+    conn: AsyncConnection, run: Run, *, kind: NotificationKind, data: dict[str, Any], config: WorkflowConfig,
+    at: datetime,
+) -> None:
+    """A notification for a change committed without a run commit of its own (a work item
+    opened, a late ticket confirmed): its outbox row goes in the caller's transaction."""
+    message = await request_notification(conn, run, kind=kind, data=data, config=config, at=at)
+    await outbox.enqueue(conn, [message], at=at)

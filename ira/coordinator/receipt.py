@@ -7,9 +7,11 @@ import hashlib
 from ira.coordinator import operations
 from ira.coordinator.deps import Deps
 from ira.coordinator.facts import store_json
+from ira.coordinator.notify import announce
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft
+from ira.core.delivery import NotificationKind
 from ira.core.errors import DomainError
 from ira.core.events import RunEventType
 from ira.core.operation import Operation
@@ -48,4 +50,7 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
             "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,
             "external_url": ticket.url, "receipt_ref": receipt.ref,
             "adopted": adopted, "owner_epoch": epoch, "late": run.state in TERMINAL_RUN_STATES})], at=now)
+        if run.state in TERMINAL_RUN_STATES:  # no completion notice will say it: this one does
+            await announce(conn, run, kind=NotificationKind.TICKET_CREATED, config=deps.config, at=now,
+                           data={"ticket_key": ticket.key, "title": ticket.title, "late": True})
         return receipt.ref

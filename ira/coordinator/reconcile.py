@@ -20,9 +20,11 @@ from ira.coordinator import operations, records
 from ira.coordinator.deps import Deps
 from ira.coordinator.ending import RECONCILE_TIMER
 from ira.coordinator.facts import fence, lock_run
+from ira.coordinator.notify import announce
 from ira.coordinator.receipt import namespace, record_receipt
 from ira.coordinator.workflow import COMPLETE, CREATE_TICKET
 from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.delivery import NotificationKind
 from ira.core.errors import DomainError, NotFoundError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
@@ -168,14 +170,16 @@ async def _resume_in(conn: AsyncConnection, run: Run, *, at: datetime, environme
 
 async def _to_manual_repair(deps: Deps, op: Operation) -> None:
     now = deps.clock.now()
+    summary = f"Ticket creation {op.operation_id} is unknown past its deadline: verify it by key"
     async with deps.db.transaction() as conn:
         await operations.move(conn, op, to=OperationFact.UNKNOWN, handling=OperationHandling.MANUAL_REPAIR, at=now,
                               from_facts=operations.IN_DOUBT)
         await records.open_work_item(conn, WorkItem(
             work_item_id=new_id("wi"), tenant_id=op.tenant_id, kind=MANUAL_REPAIR, run_id=op.run_id,
-            state=WorkItemState.OPEN, created_at=now, facts=repair_facts(op, deps.tickets.name),
-            summary=f"Ticket creation {op.operation_id} is unknown past its deadline: verify it by key"))
+            state=WorkItemState.OPEN, created_at=now, facts=repair_facts(op, deps.tickets.name), summary=summary))
         run = await lock_run(conn, op.tenant_id, op.run_id)
+        await announce(conn, run, kind=NotificationKind.RUN_NEEDS_HUMAN, config=deps.config, at=now,
+                       data={"reason": "manual_repair", "summary": summary, "title": run.bindings.get("title")})
         state = None if run.state in TERMINAL_RUN_STATES else RunState.WAITING
         drafted = [EventDraft(type=RunEventType.OPERATION_MANUAL_REPAIR, data={"operation_id": op.operation_id})]
         if state is None:

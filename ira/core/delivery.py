@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
@@ -32,6 +33,17 @@ class Delivery(Model):
     created_at: datetime
 
 
+class NotificationKind(StrEnum):
+    """What a notification announces; channels render each kind their own way."""
+
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+    APPROVAL_EXPIRED = "approval_expired"
+    TICKET_CREATED = "ticket_created"
+    RUN_COMPLETED = "run_completed"
+    RUN_NEEDS_HUMAN = "run_needs_human"
+
+
 DELIVERY_REQUESTED = "delivery.requested"
 """Envelope type on ``ira.deliveries.v1``: payload ``{"notification_id", "run_id", "kind"}``."""
 DELIVERIES_INBOX = "notifier"
@@ -52,6 +64,6 @@ class Notification(Model):
     run_version: int
     """The run's ``state_version`` as of the commit that asked for this notification."""
     kind: str
-    """``approval_requested`` or ``run_completed``."""
+    """A ``NotificationKind`` value."""
     data: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime

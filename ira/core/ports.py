@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
+from ira.core.chat import ChatRef
 from ira.core.llm import ChatReply, ChatRequest
 from ira.core.signals import (
     ChangeQuery,
@@ -122,4 +123,29 @@ class LlmClient(Protocol):
 
     async def complete(self, request: ChatRequest) -> ChatReply:
         """ConnectorUnavailableError when the provider is down or limiting; Rejected for a 4xx."""
+        ...
+
+
+class ChatPoster(Protocol):
+    """Posts and updates messages in a chat workspace (Slack). ``blocks`` are the channel's own
+    layout (Block Kit); ``key`` is a stable id stored with the post (message metadata), so a
+    retry after a lost answer can find the earlier post instead of posting twice.
+    SlackRejectedError for a definite no, SlackUnavailableError for a retryable one."""
+
+    async def post(self, channel: str, *, text: str, blocks: Sequence[Mapping[str, Any]], key: str,
+                   thread_ts: str | None = None) -> ChatRef:
+        """Post one message (a thread reply when ``thread_ts`` is given)."""
+        ...
+
+    async def update(self, ref: ChatRef, *, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the message at ``ref``."""
+        ...
+
+    async def find_posted(self, channel: str, *, key: str, since: datetime,
+                          thread_ts: str | None = None) -> ChatRef | None:
+        """The message posted with ``key`` after ``since`` (in the thread ``thread_ts``), if any."""
+        ...
+
+    async def tell(self, channel: str, user: str, *, text: str) -> None:
+        """A message only ``user`` sees (ephemeral)."""
         ...

@@ -19,6 +19,7 @@ from ira.core.errors import AuthenticationError, NotFoundError, PermissionDenied
 from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.templating import render_page
 from ira.readmodel import detail, events, incidents, reports, runs, tickets, work
+from ira.readmodel.channels import channel_problems
 from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_token, csrf_token, request_token
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import platform_checks, run_checks
@@ -140,8 +141,9 @@ def build_pages(platform: Platform) -> APIRouter:
                    if line.startswith("ira_") and "_created" not in line]
         async with db.reader() as conn:
             asks = await waiting_count(conn, viewer.tenant_id)
+            problems = await channel_problems(conn, viewer.tenant_id, now=platform.clock.now())
         return render_page("health.html", viewer=viewer, failing=failing, checks=sorted(checks), metrics=metrics,
-                           asks=asks, nav="health")
+                           asks=asks, nav="health", problems=problems)
 
     return router
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import httpx
 
+from ira.connectors.slack.client import SlackChatPoster, build_web_client
+from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
 from ira.runtime.bus.consumer import ConsumerSettings
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
+from ira.runtime.readiness import ReadinessCheck
+from ira.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -27,6 +31,16 @@ def build_channel(platform: Platform, client: httpx.AsyncClient) -> Channel:
                           timeout=s.timeout)
 
 
+def build_slack_channel(platform: Platform) -> SlackChannel | None:
+    """The Slack channel when a bot token and signing secret are configured."""
+    slack = platform.settings.slack
+    if not slack.enabled or slack.bot_token is None:
+        return None
+    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+    return SlackChannel(poster, platform.db, channel=slack.channel, clock=platform.clock,
+                        chat_users={a.principal: a.slack_user for a in slack.approvers})
+
+
 class NotifierRole:
     """``ira worker --role notifier``."""
 
@@ -35,12 +49,25 @@ class NotifierRole:
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
         return ()
 
+    def doctor_checks(self, settings: Settings) -> Mapping[str, ReadinessCheck]:
+        """``slack``: ``auth.test`` with the bot token and the bot's membership of the channel."""
+        slack = settings.slack
+        if not slack.enabled or slack.bot_token is None:
+            return {}
+        poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+
+        async def check() -> None:
+            await poster.check(slack.channel)
+
+        return {"slack": check}
+
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
         s = platform.settings
         async with httpx.AsyncClient() as client:
+            slack = build_slack_channel(platform)
             notifier = Notifier(platform.db, build_channel(platform, client), platform.clock,
                                 max_attempts=s.notifier.max_attempts, backoff=s.notifier.backoff,
-                                faults=FaultPoints(s.faults))
+                                faults=FaultPoints(s.faults), others=[slack] if slack else [])
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
                                          settings=ConsumerSettings(session_timeout=s.kafka.session_timeout,

@@ -7,8 +7,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ira.core.chat import ChatRef
 from ira.core.delivery import Notification, Receipt
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
+from ira.core.model import Model
 from ira.core.states import DeliveryState, check_delivery_transition
 from ira.runtime.store.artifacts import get_artifact
 from ira.runtime.store.schema import deliveries
@@ -40,3 +42,28 @@ async def record_attempt(
     if result.rowcount != 1:
         raise ConcurrentUpdateError(f"delivery {row['notification_id']} moved on meanwhile")
     return {**row, **values}
+
+
+class Posted(Model):
+    """A notification of a run that a chat channel accepted, and where its message lives."""
+
+    notification: Notification
+    ref: ChatRef
+
+
+async def posted_for_run(conn: AsyncConnection, tenant_id: str, run_id: str, *, channel: str) -> list[Posted]:
+    """The run's accepted ``channel`` posts, oldest first (approval messages, thread replies)."""
+    rows = await conn.execute(select(deliveries).where(
+        _d.tenant_id == tenant_id, _d.run_id == run_id, _d.channel == channel,
+        _d.state == DeliveryState.ACCEPTED).order_by(_d.created_at, _d.notification_id))
+    found = []
+    for row in rows:
+        accepted = [r["detail"] for r in row.receipts if r["state"] == DeliveryState.ACCEPTED]
+        detail: dict[str, Any] = accepted[-1] if accepted else {}
+        if "ts" not in detail:
+            continue
+        _, body = await get_artifact(conn, tenant_id, row.payload_ref)
+        found.append(Posted(notification=Notification.model_validate_json(body), ref=ChatRef(
+            channel=detail["channel_id"], ts=detail["ts"], thread_ts=detail.get("thread_ts"))))
+    return found
+

@@ -53,7 +53,7 @@ class WebhookChannel:
                  timeout: timedelta = timedelta(seconds=5)) -> None:
         self._url, self._secret, self._client, self._clock, self._timeout = url, secret, client, clock, timeout
 
-    async def send(self, notification: Notification) -> tuple[Receipt, bool]:
+    async def send(self, notification: Notification, *, attempt: int = 0) -> tuple[Receipt, bool]:
         """One attempt: the receipt, and whether another attempt may help."""
         body = notification.model_dump_json().encode()
         timestamp = str(int(self._clock.now().timestamp()))
@@ -84,6 +84,6 @@ class NoChannel:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
 
-    async def send(self, notification: Notification) -> tuple[Receipt, bool]:
+    async def send(self, notification: Notification, *, attempt: int = 0) -> tuple[Receipt, bool]:
         return Receipt(at=self._clock.now(), state=DeliveryState.FAILED,
                        detail={"reason": "no channel configured"}), False

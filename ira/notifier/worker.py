@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -36,8 +36,8 @@ AFTER_SEND = "delivery.after_send"
 class Channel(Protocol):
     name: str
 
-    async def send(self, notification: Notification) -> tuple[Receipt, bool]:
-        """One attempt: the receipt and whether retrying may help."""
+    async def send(self, notification: Notification, *, attempt: int = 0) -> tuple[Receipt, bool]:
+        """Attempt number ``attempt`` (0-based): the receipt and whether retrying may help."""
         ...
 
 
@@ -45,8 +45,11 @@ class Notifier:
     """Delivers one notification with up to ``max_attempts`` tries (counted across restarts)."""
 
     def __init__(self, db: Database, channel: Channel, clock: Clock, *, max_attempts: int = 4,
-                 backoff: timedelta = timedelta(milliseconds=200), faults: FaultPoints | None = None) -> None:
+                 backoff: timedelta = timedelta(milliseconds=200), faults: FaultPoints | None = None,
+                 others: Sequence[Channel] = ()) -> None:
+        """``channel`` sends every delivery unless one of ``others`` is named on its row."""
         self._db, self._channel, self._clock = db, channel, clock
+        self._others = {c.name: c for c in others}
         self._max_attempts, self._backoff = max_attempts, backoff
         self._faults = faults or FaultPoints()
 
@@ -64,8 +67,9 @@ class Notifier:
         """One try and its receipt; the first also puts ``request`` (the message id) in the
         notifier's inbox, which tells the scanner this request needs no re-send."""
         if row["attempts"]:
-            await asyncio.sleep(self._backoff.total_seconds() * 2 ** (row["attempts"] - 1))
-        receipt, retry = await self._channel.send(notification)
+            await asyncio.sleep(self._wait(row))
+        channel = self._others.get(row["channel"], self._channel)
+        receipt, retry = await channel.send(notification, attempt=row["attempts"])
         self._faults.hit(AFTER_SEND)
         last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
         final = _final(row, receipt) if last else None
@@ -76,6 +80,14 @@ class Notifier:
             row = await store.record_attempt(conn, row, receipt, final=final, at=self._clock.now())
         log.info("delivery %s attempt %d: %s", row["notification_id"], row["attempts"], receipt.state.value)
         return row
+
+
+    def _wait(self, row: dict[str, Any]) -> float:
+        """The channel's Retry-After when it gave one (Slack's 429), else doubling backoff."""
+        told = row["receipts"][-1]["detail"].get("retry_after") if row["receipts"] else None
+        if told is not None:
+            return float(told)
+        return self._backoff.total_seconds() * 2 ** (row["attempts"] - 1)
 
 
 def _final(row: dict[str, Any], receipt: Receipt) -> DeliveryState:

@@ -22,6 +22,7 @@ from ira.runtime.telemetry import setup_tracing, shutdown_tracing
 
 Say = Callable[[str], None]
 GATEWAY = "gateway"
+"""``ira doctor``'s bound per check: outside services (Slack) answer slower than a local database."""
 
 
 async def run_dev(

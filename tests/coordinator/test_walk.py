@@ -55,10 +55,10 @@ async def test_the_whole_walk_ends_with_one_ticket_and_a_signed_notification(
         assert detail["budget_slices"][branch]["tool_calls"] == {"limit": 5, "reserved": 0, "settled": 1}
     assert detail["budget"]["tool_calls"] == {"limit": 40, "reserved": 0, "settled": 3}
     assert detail["budget"]["steps"]["reserved"] == 0 and detail["budget"]["steps"]["settled"] >= 5
-    assert [d["state"] for d in detail["deliveries"]] == ["accepted", "accepted"]
+    assert [d["state"] for d in detail["deliveries"]] == ["accepted", "accepted", "accepted"]
     assert all(d["receipts"][0]["detail"]["status"] == 200 for d in detail["deliveries"])
     kinds = [json.loads(r.body)["kind"] for r in hook.received]
-    assert kinds == ["approval_requested", "run_completed"]
+    assert sorted(kinds) == ["approval_decided", "approval_requested", "run_completed"]
     for request in hook.received:
         assert verify_signature("hook-secret", request.headers, request.body, now=time.time())
         body = json.loads(request.body)

@@ -32,6 +32,7 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_SLACK_SIGNING_SECRET": "slack.signing_secret",
     "IRA_SLACK_API_URL": "slack.api_url",
     "IRA_SLACK_CHANNEL": "slack.channel",
+    "IRA_SLACK_DASHBOARD_URL": "slack.dashboard_url",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
     "IRA_FAULTS": "faults",
     "IRA_INGEST_ACK": "ingest.ack",

@@ -61,6 +61,8 @@ class SlackApprover(Grant):
     """A Slack user whose button clicks count as decisions of ``principal``."""
 
     slack_user: str = Field(min_length=1)
+    tenant: str | None = Field(default=None, pattern=NAME)
+    """The tenant whose approvals this user decides; None means the configured default tenant."""
 
 
 class HttpSettings(Section):
@@ -102,7 +104,15 @@ class SlackSettings(Section):
     signing_secret: SecretStr | None = None
     api_url: str = "https://slack.com/api/"
     channel: str = "#incidents"
+    """A channel id (``C0123ABCD``), or ``#name`` (looked up once with ``conversations.list``)."""
     approvers: tuple[SlackApprover, ...] = ()
+    dashboard_url: str = "http://127.0.0.1:8080"
+    """Where people open ira's dashboard: messages link a run as ``<dashboard_url>/runs/<run_id>``."""
+
+    @property
+    def enabled(self) -> bool:
+        """Slack is used only when both the bot token and the signing secret are configured."""
+        return self.bot_token is not None and self.signing_secret is not None
 
 
 class RuntimeTuning(Section):

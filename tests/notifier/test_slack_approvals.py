@@ -1,0 +1,211 @@
+"""Approving drafts in Slack: the draft posted, signed clicks decided like the API's, the
+message updated — against the fake Slack Web API on 127.0.0.1 (tests/fakes/slack.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from ira.connectors.tickets.builtin import BuiltinTicketSystem
+from ira.core.alert import DecisionKind
+from ira.core.states import ApprovalState, DeliveryState, RunState
+from ira.runtime.store import runs
+from ira.runtime.store.database import Database
+from tests.coordinator.harness import auth, decision, envelope
+from tests.coordinator.test_approvals import approval_of, events_of
+from tests.fakes.slack import SIGNING_SECRET
+from tests.fakes.slack_interactions import buttons_of, signed_headers
+from tests.notifier.slack_rig import LEAD, STRANGER, VIEWER, SlackRig, slack_rig
+
+
+async def tickets(rig: SlackRig) -> list[Any]:
+    return await BuiltinTicketSystem(rig.deps.db, rig.clock).list_tickets("acme", limit=10)
+
+
+def texts(message: dict[str, Any]) -> str:
+    return json.dumps(message["blocks"])
+
+
+async def test_the_whole_walk_approved_from_slack_creates_one_ticket_and_updates_the_message(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        assert buttons_of(posted)["approve"].startswith(rig.approval_id + "|")
+        assert rig.slack.replies(posted["ts"]), "the full report goes into the thread"
+
+        answer = await rig.click(posted)
+        await rig.pump.drain()
+        await rig.notify()
+
+        [updated] = rig.approval_posts()
+        created = await tickets(rig)
+        async with db.reader() as conn:
+            run = await runs.get_run(conn, "acme", rig.run_id)
+    assert answer.status_code == 200
+    assert run.state == RunState.COMPLETED and [t.key for t in created] == ["INC-1"]
+    assert (await approval_of(db, rig.approval_id)).decided_by == "lead"
+    assert updated["ts"] == posted["ts"] and updated.get("edited")
+    assert f"Approved by <@{LEAD}> (lead)" in texts(updated) and "INC-1" in texts(updated)
+    assert "approve" not in buttons_of(updated), "a decided message has no buttons left"
+    assert len(rig.slack.top_level()) == 1, "completion is a thread reply, not another top-level message"
+
+
+def forged(rig: SlackRig, message: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    body = rig.click_body(message)
+    return body, signed_headers("not-the-secret", body, timestamp=int(rig.clock.now().timestamp()))
+
+
+def stale(rig: SlackRig, message: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    body = rig.click_body(message)
+    return body, signed_headers(SIGNING_SECRET, body, timestamp=int(rig.clock.now().timestamp()) - 301)
+
+
+def replayed(rig: SlackRig, message: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """A captured request re-sent later with a fresh timestamp (the old one would be stale)."""
+    body = rig.click_body(message)
+    captured = signed_headers(SIGNING_SECRET, body, timestamp=int(rig.clock.now().timestamp()) - 400)
+    return body, {**captured, "x-slack-request-timestamp": str(int(rig.clock.now().timestamp()))}
+
+
+def tampered(rig: SlackRig, message: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """Signed as a viewer's click, then the user id swapped for the lead's."""
+    body = rig.click_body(message, user=VIEWER)
+    headers = signed_headers(SIGNING_SECRET, body, timestamp=int(rig.clock.now().timestamp()))
+    return body.replace(VIEWER.encode(), LEAD.encode()), headers
+
+
+@pytest.mark.parametrize("attack", [forged, stale, replayed, tampered])
+async def test_an_unverifiable_interaction_is_refused_before_parsing(
+    db: Database, attack: Callable[[SlackRig, dict[str, Any]], tuple[bytes, dict[str, str]]],
+) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        body, headers = attack(rig, posted)
+        answer = await rig.client.post("/slack/interactions", content=body, headers=headers)
+        metrics = (await rig.client.get("/metrics")).text
+    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (401, "invalid_signature")
+    assert 'ira_slack_interactions_total{outcome="invalid_signature"} 1.0' in metrics
+    assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
+    assert rig.slack.calls_of("chat.update") == [] and await tickets(rig) == []
+
+
+@pytest.mark.parametrize(("user", "principal", "told"), [
+    (STRANGER, f"slack:{STRANGER}", "not mapped to an ira principal"),
+    (VIEWER, "viewer", "role_missing"),
+])
+async def test_a_click_by_someone_who_may_not_approve_is_refused_and_recorded(
+    db: Database, user: str, principal: str, told: str,
+) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        answer = await rig.click(posted, user=user)
+        await rig.pump.drain()
+    assert answer.status_code == 200, "Slack shows an error for anything else; the refusal is told ephemerally"
+    assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
+    [refused] = await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")
+    assert (refused["principal"], refused["code"]) == (principal, "role_missing")
+    [ephemeral] = rig.slack.ephemeral
+    assert ephemeral["user"] == user and told in ephemeral["text"]
+    assert rig.slack.calls_of("chat.update") == [] and await tickets(rig) == []
+
+
+async def test_a_double_click_and_slacks_retry_make_one_decision(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        body = rig.click_body(posted, action_ts="1777457000.000100")
+        again = rig.click_body(posted, action_ts="1777457000.000900")  # clicked before the message changed
+        first = await rig.click(posted, body=body)
+        retry_headers = {**signed_headers(SIGNING_SECRET, body, timestamp=int(rig.clock.now().timestamp())),
+                         "x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout"}
+        retry = await rig.click(posted, body=body, headers=retry_headers)
+        second_click = await rig.click(posted, body=again)
+        await rig.pump.drain()
+    assert [a.status_code for a in (first, retry, second_click)] == [200, 200, 200]
+    assert len(await events_of(db, rig.run_id, "APPROVAL_APPROVED")) == 1
+    assert await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED") == []
+    assert [t.key for t in await tickets(rig)] == ["INC-1"]
+    assert rig.slack.ephemeral == [], "a repeated click is the same decision, not an error"
+
+
+async def test_approve_after_expiry_says_expired_on_the_message(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        rig.clock.advance(rig.deps.config.approval_expiry + timedelta(seconds=1))
+        answer = await rig.click(posted)  # before the expiry timer fired: the click expires it
+        await rig.pump.drain()
+        await rig.notify()
+        [updated] = rig.approval_posts()
+        async with db.reader() as conn:
+            run = await runs.get_run(conn, "acme", rig.run_id)
+    assert answer.status_code == 200
+    assert ":hourglass: Expired" in texts(updated) and "approve" not in buttons_of(updated)
+    assert (run.state, run.outcome) == (RunState.FAILED, "approval_expired")
+    assert [e["code"] for e in await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")] == ["expired"]
+    assert "expired" in rig.slack.ephemeral[0]["text"] and await tickets(rig) == []
+
+
+async def test_a_revised_draft_kills_the_old_buttons_and_is_posted_in_the_thread(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [old] = rig.approval_posts()
+        old_ts, stale_click = old["ts"], rig.click_body(old)  # a screen that still shows the old buttons
+        d = json.loads(rig.pump.deliveries[0].model_dump_json())["payload"]
+        await rig.pump.decide(envelope(decision(incident_id=await _incident(db, rig), version=2,
+                                                kind=DecisionKind.DELIVER)))
+        await rig.pump.drain()
+        await rig.notify()
+        old_now, new = rig.approval_posts()
+        refused = await rig.click(old_now, body=stale_click)
+        accepted = await rig.click(new)
+        await rig.pump.drain()
+        await rig.notify()
+    assert d["kind"] == "approval_requested"
+    assert old_now["ts"] == old_ts and "Invalidated: the draft changed" in texts(old_now)
+    assert "approve" not in buttons_of(old_now)
+    assert new["thread_ts"] == old_ts, "a revision goes into the run's thread"
+    assert len(rig.slack.top_level()) == 1
+    assert (refused.status_code, accepted.status_code) == (200, 200)
+    assert [e["code"] for e in await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")] == ["resource_changed"]
+    assert [t.key for t in await tickets(rig)] == ["INC-1"]
+    assert all(r["state"] == DeliveryState.ACCEPTED for r in await _deliveries(db, rig))
+
+
+async def _incident(db: Database, rig: SlackRig) -> str:
+    async with db.reader() as conn:
+        return (await runs.get_run(conn, "acme", rig.run_id)).incident_id
+
+
+async def _deliveries(db: Database, rig: SlackRig) -> list[dict[str, Any]]:
+    from ira.coordinator import records
+
+    async with db.reader() as conn:
+        return await records.list_deliveries(conn, "acme", rig.run_id)
+
+
+async def test_a_decision_on_the_dashboard_updates_the_slack_message_too(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        answer = await rig.client.post(f"/v1/approvals/{rig.approval_id}/decision", json={"decision": "reject"},
+                                       headers=auth("lead"))
+        await rig.pump.drain()
+        await rig.notify()
+        [updated] = rig.approval_posts()
+    assert answer.status_code == 200
+    assert f":x: Rejected by <@{LEAD}> (lead)" in texts(updated) and "approve" not in buttons_of(updated)
+
+
+async def test_an_oversized_interaction_is_refused_unread(db: Database) -> None:
+    async with slack_rig(db) as rig:
+        body = b"payload=" + b"x" * (300 * 1024)
+        answer = await rig.client.post("/slack/interactions", content=body,
+                                       headers=signed_headers(SIGNING_SECRET, body,
+                                                              timestamp=int(rig.clock.now().timestamp())))
+    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (413, "too_large")
