@@ -45,7 +45,7 @@ class SliceLedger:
         for dim, amount in amounts.items():
             if dim not in self.budgeted or amount <= 0 or dim in holds.held:
                 continue
-            rid = f"{c.step_id}:e{c.owner_epoch}:t{turn}:{dim.value}"
+            rid = f"{c.run_id}:{c.step_id}:e{c.owner_epoch}:t{turn}:{dim.value}"  # unique per tenant: run first
             await budget.reserve(conn, c.tenant_id, c.run_id, dim, amount, reservation_id=rid, at=at, scope=c.step_id)
             holds.held[dim] = rid
 

@@ -86,6 +86,6 @@ async def charge_step(conn: AsyncConnection, claim: Claim, *, config: WorkflowCo
     """One ``steps`` unit from the root, once per claim; BudgetExhaustedError when none is left."""
     if BudgetDimension.STEPS not in config.root_budget:
         return
-    rid = f"step:{claim.step_id}:{claim.owner_epoch}"
+    rid = f"step:{claim.run_id}:{claim.step_id}:{claim.owner_epoch}"  # reservation ids are unique per tenant
     await budget.reserve(conn, claim.tenant_id, claim.run_id, BudgetDimension.STEPS, 1, reservation_id=rid, at=at)
     await budget.settle(conn, claim.tenant_id, rid, used=1, at=at)

@@ -99,7 +99,7 @@ async def open_slice(
         return
     parents = {}
     for dim, amount in limits.items():
-        rid = f"slice:{scope}:{dim.value}"
+        rid = f"slice:{run_id}:{scope}:{dim.value}"  # reservation ids are unique per tenant, not per run
         await reserve(conn, tenant_id, run_id, dim, amount, reservation_id=rid, at=at)
         parents[dim] = rid
     await open_account(conn, tenant_id, run_id, limits, scope=scope, parent_reservations=parents)
