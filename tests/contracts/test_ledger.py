@@ -91,6 +91,16 @@ async def test_slices_draw_from_the_root_and_cannot_widen_it(db: Database) -> No
     assert (root.settled, root.reserved, root.available) == (2, 0, 8)
 
 
+async def test_a_second_run_of_a_tenant_draws_its_own_slice_from_its_own_root(db: Database) -> None:
+    """Reservation ids are unique per tenant: a slice id without the run would make the second
+    run's slice the first run's reservation, leaving the second root uncharged."""
+    first, second = await run_with_budget(db, {CALLS: 10}), await run_with_budget(db, {CALLS: 10})
+    for run_id in (first, second):
+        async with db.transaction() as conn:
+            await budget.open_slice(conn, "acme", run_id, "metrics", {CALLS: 4}, at=T0)
+    assert [(await balance(db, run_id)).reserved for run_id in (first, second)] == [4, 4]
+
+
 async def test_artifacts_are_content_addressed_and_tenant_scoped(db: Database) -> None:
     async with db.transaction() as conn:
         a = await artifacts.put_artifact(conn, "acme", b'{"p95": 2.1}', media_type="application/json",
