@@ -15,8 +15,17 @@ constant that names a point sits beside its ``hit``):
   transaction (inbox row and effect) committed / the Kafka offset is committed. ``<name>``
   is the consumer's (inbox) name: ``triage``, ``coordinator``, ``coordinator-steps``,
   ``notifier``, ``agents-steps``.
+* ``ticket.after_intent`` / ``ticket.after_submit`` / ``ticket.after_receipt`` /
+  ``ticket.after_finish`` (``ira.coordinator.ticket``): the Operation's INTENT_RECORDED /
+  SUBMITTED / CONFIRMED_SUCCESS / the step's DONE is committed / the next move is made.
 * ``ticket.after_create`` (``ira.connectors.tickets.fault.AFTER_CREATE``): the ticket system
   created the ticket / its receipt is stored.
+* ``run.after_complete`` (``ira.coordinator.handlers.AFTER_COMPLETE``): the verifier's
+  COMPLETED (C6) with its delivery outbox is committed / any delivery is attempted.
+* ``delivery.after_send`` (``ira.notifier.worker.AFTER_SEND``): the channel answered /
+  the receipt is stored.
+
+``tests/faults`` (``make faults``) arms each of them in real processes and checks what held.
 """
 
 from __future__ import annotations
