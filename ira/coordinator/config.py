@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ira.core.budget import BudgetDimension
+from ira.core.investigation import BranchKind
 from ira.runtime.settings import Settings
 
 
@@ -22,6 +23,8 @@ class WorkflowConfig:
     on_required_failure: str = "human_review"
     change_lookback: timedelta = timedelta(hours=6)
     dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sources: frozenset[str] = frozenset(k.value for k in BranchKind)
+    """The branches whose data source is configured: only these are planned, the others are stated gaps."""
     root_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
         BudgetDimension.STEPS: 96, BudgetDimension.TOOL_CALLS: 120})
     branch_budget: Mapping[BudgetDimension, int] = field(default_factory=lambda: {
@@ -40,6 +43,7 @@ class WorkflowConfig:
                    branch_deadline=c.branch_deadline, approval_expiry=settings.approval_expiry,
                    operation_deadline=c.operation_deadline, on_required_failure=c.on_required_failure,
                    change_lookback=c.change_lookback, dependencies=dict(c.dependencies),
+                   sources=settings.agents.configured_sources(),
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
                    artifact_max_bytes=settings.artifact_max_bytes,
                    notification_channel="slack" if settings.slack.enabled else "webhook",

@@ -185,6 +185,7 @@ async def _report(conn: AsyncConnection, run: Run) -> Report:
                 for o in outcomes if o.status == BranchStatus.ACCEPTED
                 and (result := await load_model(conn, run.tenant_id, o.result_ref, model=BranchResult)) is not None]
     missing = [MissingBranch(branch=o.branch, reason=o.reason) for o in outcomes if o.status != BranchStatus.ACCEPTED]
+    missing += [MissingBranch(branch=str(b), reason=str(r)) for b, r in run.bindings.get("not_planned", {}).items()]
     return compose_report(run_id=run.run_id, bindings=run.bindings, accepted=accepted, missing=missing)
 
 

@@ -76,7 +76,7 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     return await runs.commit(conn, RunCommit(
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         events=(EventDraft(type=RunEventType.RUN_STARTED,
-            data={"branch_deadline": plan.deadline.due_at.isoformat()}),)), at=at)
+            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)}),)), at=at)
 
 
 async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ira.coordinator.synthesis import Item, parse_time, synthesize
+from ira.coordinator.workflow import NOT_CONFIGURED
 from ira.core.investigation import BranchResult, StopReason
 from ira.core.model import Model
 from ira.core.report import MissingBranch, Report, ReportFact, ReportHypothesis, TicketDraft
@@ -55,10 +56,29 @@ def compose_report(
                                               unverified=(*h.unverified, *gaps), origin=branch.branch))
     hypotheses = [h for h in hypotheses if h.evidence_ids]
     hypotheses.sort(key=lambda h: -h.confidence)
+    if not accepted:
+        notes.append(_no_evidence_note(missing))
     return Report(run_id=run_id, incident_id=str(bindings["incident_id"]), title=str(bindings.get("title") or ""),
                   severity=str(bindings.get("severity") or "warning"), service=bindings.get("service"),
                   environment=bindings.get("environment"), facts=tuple(facts), hypotheses=tuple(hypotheses),
-                  missing=tuple(missing), branch_refs={b.branch: b.result_ref for b in accepted}, notes=tuple(notes))
+                  missing=tuple(missing), branch_refs={b.branch: b.result_ref for b in accepted}, notes=tuple(notes),
+                  alert_name=bindings.get("alert_name"), alert_started_at=bindings.get("alert_started_at"),
+                  alert_labels=_strings(bindings.get("alert_labels")),
+                  alert_annotations=_strings(bindings.get("alert_annotations")))
+
+
+NO_SOURCE = "no data source configured"
+
+
+def _no_evidence_note(missing: Sequence[MissingBranch]) -> str:
+    """Why the report holds no fact: nothing was configured, or nothing that ran was accepted."""
+    if all(m.reason == NOT_CONFIGURED for m in missing):
+        return f"{NO_SOURCE}: this draft is made from the alert alone, no investigation ran"
+    return "no branch returned accepted evidence: this draft is made from the alert alone"
+
+
+def _strings(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def _labelled(facts: Sequence[ReportFact]) -> list[ReportFact]:
@@ -108,10 +128,25 @@ def compose_draft(
                        report_ref=report_ref, request=request, evidence_refs=refs)
 
 
+ANNOTATIONS_SHOWN = ("summary", "description", "runbook_url")
+
+
+def _alert_lines(report: Report) -> list[str]:
+    """The alert as it fired: name, start, its summary/description/runbook and its labels."""
+    if not report.alert_name:
+        return []
+    lines = ["", "## Alert", f"- **{report.alert_name}**"
+             + (f" firing since {report.alert_started_at}" if report.alert_started_at else "")]
+    lines += [f"- {k}: {report.alert_annotations[k]}" for k in ANNOTATIONS_SHOWN if report.alert_annotations.get(k)]
+    if report.alert_labels:
+        lines.append("- labels: " + ", ".join(f"{k}={v}" for k, v in sorted(report.alert_labels.items())))
+    return lines
+
+
 def render_body(report: Report, *, incident_version: int, updates: Sequence[str] = ()) -> str:
     lines = [f"Incident {report.incident_id} (version {incident_version})"
              f"{' on ' + report.service if report.service else ''}"
-             f"{' in ' + report.environment if report.environment else ''}.", "", "## Facts"]
+             f"{' in ' + report.environment if report.environment else ''}.", *_alert_lines(report), "", "## Facts"]
     lines += [f"- **{f.label}** {f.summary} ({f.source}{', partial' if f.partial else ''})" for f in report.facts]
     lines += ["", "## Hypotheses (not verified)"]
     lines += [f"- {h.statement} (confidence {h.confidence:.2f}; evidence {', '.join(h.evidence_labels)})"

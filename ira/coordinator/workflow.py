@@ -6,6 +6,11 @@
     logs    (required) ─┼─> join ─> synthesize ─> approve_ticket ─> create_ticket ─> complete
     runbooks(optional) ─┘
 
+A branch is planned only when its data source is configured (``WorkflowConfig.sources``); one
+that is not is a stated gap (``BRANCH_NOT_PLANNED``, listed under the report's missing
+branches), required-ness applies to planned branches only, and a run with no branch at all
+goes from the join straight on to a draft made from the alert.
+
 Pure: ``plan_run`` turns a decision into the rows C1 writes; ``intake`` writes them in one
 transaction. The contract travels with the run, so later checks (policy, verifier) read what
 was bound at acceptance, not whatever the code says today.
@@ -83,26 +88,47 @@ class RunPlan:
     deadline: Timer
 
 
+NOT_CONFIGURED = "source not configured"
+
+
+def planned_branches(config: WorkflowConfig) -> tuple[BranchKind, ...]:
+    """The branches a run gets: those whose data source is configured, in plan order."""
+    return tuple(k for k in BranchKind if k.value in config.sources)
+
+
+def run_contract(planned: tuple[BranchKind, ...]) -> dict[str, Any]:
+    """The contract, its required/optional branches narrowed to what was planned."""
+    required = [k.value for k in planned if k in REQUIRED_BRANCHES]
+    return {**CONTRACT, "required_branches": required,
+            "optional_branches": [k.value for k in planned if k not in REQUIRED_BRANCHES]}
+
+
 def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetime) -> RunPlan:
     """The run for a ``create_run`` decision: steps, bindings, contract, wake-ups, budget."""
     run_id = new_id("run")
     deadline = now + config.branch_deadline
-    steps = (*(_branch_step(decision, kind, config, now=now) for kind in BranchKind), *_coordinator_steps())
+    planned = planned_branches(config)
+    not_planned = {k.value: NOT_CONFIGURED for k in BranchKind if k not in planned}
+    steps = (*(_branch_step(decision, kind, config, now=now) for kind in planned), *_coordinator_steps(planned))
     wakeups = tuple(step_wakeup(decision.tenant_id, run_id, s.step_id, kind=s.kind, environment=config.environment,
                                 at=now) for s in steps if s.state == StepState.READY)
+    gaps = tuple(EventDraft(type=RunEventType.BRANCH_NOT_PLANNED, data={
+        "branch": branch, "reason": reason, "required": BranchKind(branch) in REQUIRED_BRANCHES})
+        for branch, reason in not_planned.items())
     new_run = NewRun(
         tenant_id=decision.tenant_id, run_id=run_id, task_id=new_id("task"), task_kind=TASK_KIND,
         subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW, environment=config.environment,
-        incident_id=decision.incident_id, contract=dict(CONTRACT), bindings=run_bindings(decision, now=now),
+        incident_id=decision.incident_id, contract=run_contract(planned),
+        bindings={**run_bindings(decision, now=now), "not_planned": not_planned},
         steps=steps, outbox=wakeups, idempotency_key=decision.evaluation_id,
         events=(EventDraft(type=RunEventType.RUN_CREATED, data={
             "incident_id": decision.incident_id, "evaluation_id": decision.evaluation_id, "workflow": WORKFLOW,
-            "incident_version": decision.incident_version}),),
+            "incident_version": decision.incident_version, "branches": [k.value for k in planned]}), *gaps),
     )
     timer = Timer(tenant_id=decision.tenant_id, timer_id=f"deadline:{run_id}", kind=BRANCH_DEADLINE_TIMER,
                   due_at=deadline, run_id=run_id)
     return RunPlan(new_run=new_run, root_budget=dict(config.root_budget), deadline=timer,
-                   slices={kind.value: dict(config.branch_budget) for kind in BranchKind})
+                   slices={kind.value: dict(config.branch_budget) for kind in planned})
 
 
 def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]:
@@ -112,6 +138,7 @@ def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]
         "evaluation_id": decision.evaluation_id, "service": decision.service,
         "environment": decision.environment, "severity": decision.severity, "title": decision.title,
         "alert_name": decision.alert.name, "alert_started_at": decision.alert.starts_at.isoformat(),
+        "alert_labels": dict(decision.alert.labels), "alert_annotations": dict(decision.alert.annotations),
         "group_key": decision.group_key, "accepted_at": now.isoformat(),
     }
 
@@ -147,8 +174,9 @@ def declared_dependencies(decision: IncidentDecision, config: WorkflowConfig) ->
     return tuple(found[:MAX_DEPENDENCIES]) if service else ()
 
 
-def _coordinator_steps() -> tuple[NewStep, ...]:
-    chain = [(JOIN, tuple(k.value for k in BranchKind)), (SYNTHESIZE, (JOIN,)), (APPROVE_TICKET, (SYNTHESIZE,)),
+def _coordinator_steps(planned: tuple[BranchKind, ...]) -> tuple[NewStep, ...]:
+    """The coordinator's chain; the join waits for the planned branches (ready at once if none)."""
+    chain = [(JOIN, tuple(k.value for k in planned)), (SYNTHESIZE, (JOIN,)), (APPROVE_TICKET, (SYNTHESIZE,)),
              (CREATE_TICKET, (APPROVE_TICKET,)), (COMPLETE, (CREATE_TICKET,))]
-    return tuple(NewStep(step_id=step_id, kind=step_id, state=StepState.BLOCKED, depends_on=deps)
-                 for step_id, deps in chain)
+    return tuple(NewStep(step_id=step_id, kind=step_id, state=StepState.BLOCKED if deps else StepState.READY,
+                         depends_on=deps) for step_id, deps in chain)

@@ -32,6 +32,7 @@ class RunEventType(StrEnum):
     BRANCH_ACCEPTED = "BRANCH_ACCEPTED"
     BRANCH_FAILED = "BRANCH_FAILED"
     BRANCH_MISSING = "BRANCH_MISSING"
+    BRANCH_NOT_PLANNED = "BRANCH_NOT_PLANNED"  #: its data source is not configured: a stated gap, no step
     JOINED = "JOINED"
     REVIEW_DRAFT_ANYWAY = "REVIEW_DRAFT_ANYWAY"  #: a person chose to draft without a failed required branch
     # report, draft, approval

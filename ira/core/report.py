@@ -62,6 +62,11 @@ class Report(Model):
     missing: tuple[MissingBranch, ...] = ()
     branch_refs: dict[str, str]
     notes: tuple[str, ...] = ()
+    alert_name: str | None = None
+    alert_started_at: str | None = None
+    alert_labels: dict[str, str] = {}
+    alert_annotations: dict[str, str] = {}
+    """What the alert itself said: the draft states it, so a run with no branch still drafts a ticket."""
 
 
 class TicketDraft(Model):

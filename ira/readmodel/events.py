@@ -54,11 +54,21 @@ def _turn(d: Mapping[str, Any]) -> str:
     return head + f"called {d['tool']}, {outcome}" + (", partial." if d.get("partial") else ".")
 
 
+def _started(d: Mapping[str, Any]) -> str:
+    """Which branches the run planned (older runs did not say: they planned all three)."""
+    branches = d.get("branches", ["metrics", "logs", "runbooks"])
+    if not branches:
+        return "Investigation started with no branch: no data source is configured; drafting from the alert."
+    names = [str(b) for b in branches]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"Investigation started: {listed} branch{'es' if len(names) > 1 else ''}."
+
+
 _Sentence = Callable[[Mapping[str, Any]], str]
 
 SENTENCES: dict[E, _Sentence] = {
     E.RUN_CREATED: lambda d: f"Run created for incident {_get(d, 'incident_id')}.",
-    E.RUN_STARTED: lambda d: "Investigation started: metrics, logs and runbooks branches.",
+    E.RUN_STARTED: lambda d: _started(d),
     E.RUN_COMPLETED: lambda d: "Run completed" + (f": ticket {', '.join(_keys(d['tickets']))}." if d.get("tickets")
                                                    else "."),
     E.RUN_FAILED: lambda d: f"Run failed: {_get(d, 'outcome')}.",
@@ -76,6 +86,7 @@ SENTENCES: dict[E, _Sentence] = {
     E.BRANCH_ACCEPTED: lambda d: f"Branch {_get(d, 'branch')} accepted.",
     E.BRANCH_FAILED: lambda d: f"Required branch {_get(d, 'branch')} failed: {_get(d, 'reason')}.",
     E.BRANCH_MISSING: lambda d: f"Optional branch {_get(d, 'branch')} is missing: {_get(d, 'reason')}.",
+    E.BRANCH_NOT_PLANNED: lambda d: f"Branch {_get(d, 'branch')} not planned: {_get(d, 'reason')}.",
     E.JOINED: lambda d: f"Branches joined: {_get(d, 'verdict')}.",
     E.REVIEW_DRAFT_ANYWAY: lambda d: f"{_get(d, 'principal')} chose to draft anyway, the gaps stated"
                                      + (f": “{d['note']}”." if d.get("note") else "."),

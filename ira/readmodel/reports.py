@@ -23,7 +23,10 @@ from ira.readmodel.runs import get_summary
 from ira.runtime.store import artifacts
 from ira.runtime.store.schema import approvals, events
 
-BRANCH_VERDICTS = (RunEventType.BRANCH_ACCEPTED, RunEventType.BRANCH_FAILED, RunEventType.BRANCH_MISSING)
+BRANCH_VERDICTS = (RunEventType.BRANCH_ACCEPTED, RunEventType.BRANCH_FAILED, RunEventType.BRANCH_MISSING,
+                   RunEventType.BRANCH_NOT_PLANNED)
+NOT_PLANNED = "not_planned"
+"""The status of a branch whose data source is not configured (its event carries no status)."""
 
 
 class FactView(ReportFact):
@@ -122,7 +125,13 @@ async def branch_verdicts(conn: AsyncConnection, tenant_id: str, run_id: str) ->
         .order_by(events.c.run_seq))
     latest = {r.data.get("branch"): r.data for r in rows}
     return tuple(BranchView.model_validate({k: d.get(k) for k in ("branch", "required", "status", "reason")}
-                                           | {"partial": bool(d.get("partial"))}) for d in latest.values())
+                                           | {"partial": bool(d.get("partial"))} | _not_planned(d))
+                 for d in latest.values())
+
+
+def _not_planned(data: dict[str, object]) -> dict[str, object]:
+    """A BRANCH_NOT_PLANNED event has no status: the branch never ran, so nothing required it."""
+    return {} if data.get("status") else {"status": NOT_PLANNED, "required": False}
 
 
 async def _latest_report_ref(conn: AsyncConnection, tenant_id: str, run_id: str) -> str | None:

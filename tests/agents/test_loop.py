@@ -20,8 +20,9 @@ from ira.connectors.logs.jsonl import JsonlLogSource
 from ira.connectors.runbooks import FileRunbookSource
 from ira.core.budget import BudgetDimension as Dim
 from ira.core.clock import FrozenClock
+from ira.core.errors import ConnectorRejectedError, ConnectorUnavailableError
 from ira.core.investigation import BranchKind, StopReason
-from ira.core.signals import LogQuery, LogResult
+from ira.core.signals import READ_ONLY_RETRY, LogQuery, LogResult
 from ira.runtime.settings.agents import LogsBranchSettings
 from ira.runtime.store import budget, runs
 from ira.runtime.store.database import Database
@@ -40,6 +41,18 @@ class CountingLogs:
     async def search(self, query: LogQuery) -> LogResult:
         self.queries.append(query)
         return await self.inner.search(query)
+
+
+@dataclass
+class FailingLogs:
+    """A log source that answers every query with the same error."""
+
+    error: Exception
+    queries: list[LogQuery] = field(default_factory=list)
+
+    async def search(self, query: LogQuery) -> LogResult:
+        self.queries.append(query)
+        raise self.error
 
 
 def logs_task(run_id: str, **kw) -> BranchTask:  # type: ignore[no-untyped-def]
@@ -130,6 +143,30 @@ async def test_repeating_policy_stops_with_no_progress(db: Database, tmp_path: P
         task, await claim(db, run_id, BranchKind.LOGS, at=fx.NOW))
     assert outcome.stop_reason == StopReason.NO_PROGRESS
     assert len(outcome.turns) == 3 and len(source.queries) == 3
+
+
+def _varied(task: BranchTask, n: int = 10) -> list[Decision]:
+    """Each proposal differs (its text), so only the identical failures can stop the loop."""
+    return [ToolProposal(tool="logs.search", args=_search(task) | {"text": f"error {i}"}) for i in range(n)]
+
+
+async def test_a_tool_failing_identically_stops_after_no_progress_repeats_calls(db: Database) -> None:
+    source = FailingLogs(ConnectorRejectedError("loki", "parse error at char 12"))
+    run_id, task = await start_logs(db)
+    outcome = await loop(db, Scripted(_varied(task)), source).run(  # the default limits
+        task, await claim(db, run_id, BranchKind.LOGS, at=fx.NOW))
+    assert outcome.stop_reason == StopReason.NO_PROGRESS
+    assert len(source.queries) == len(outcome.turns) == LoopLimits().no_progress_repeats == 3
+    assert {t.observation.error_code for t in outcome.turns if t.observation} == {"connector_rejected"}
+
+
+async def test_a_retryable_failure_also_stops_after_no_progress_repeats_tool_calls(db: Database) -> None:
+    source = FailingLogs(ConnectorUnavailableError("loki", "connection refused"))
+    run_id, task = await start_logs(db)
+    outcome = await loop(db, Scripted(_varied(task)), source, no_progress_repeats=4).run(
+        task, await claim(db, run_id, BranchKind.LOGS, at=fx.NOW))
+    assert outcome.stop_reason == StopReason.NO_PROGRESS and len(outcome.turns) == 4
+    assert len(source.queries) == 4 * READ_ONLY_RETRY.max_attempts  # each call retried per its contract, no more
 
 
 async def test_budget_exhaustion_stops_new_calls_and_keeps_partial_evidence(db: Database, tmp_path: Path) -> None:

@@ -123,6 +123,18 @@ class AgentsSettings(Section):
                 raise ValueError(f"{branch}.provider must name one of llm_providers (got {chosen.provider!r})")
         return self
 
+    def configured_sources(self) -> frozenset[str]:
+        """The branches whose data source is configured (a recording answers every branch):
+        the coordinator plans only these, and states the others as gaps."""
+        if self.recorded_bundle is not None:
+            return frozenset({"metrics", "logs", "runbooks"})
+        found = {"metrics"} if self.prometheus is not None else set()
+        if self.loki is not None or self.jsonl_logs is not None:
+            found.add("logs")
+        if self.runbooks_dir is not None:
+            found.add("runbooks")
+        return frozenset(found)
+
     def provider(self, name: str) -> LlmProviderSettings:
         return next(p for p in self.llm_providers if p.name == name)
 
