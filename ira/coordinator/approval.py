@@ -37,6 +37,14 @@ class Verdict(StrEnum):
     REFUSE = "refuse"
 
 
+class Shown(Model):
+    """The draft a person saw when deciding (a chat button carries it): a decision applies only
+    to an approval that binds exactly this draft at exactly this incident version."""
+
+    payload_hash: str
+    resource_version: int
+
+
 class DecisionCheck(Model):
     """Everything the rule looks at, read in the decision's transaction."""
 
@@ -48,6 +56,8 @@ class DecisionCheck(Model):
     current_draft_ref: str | None
     current_resource_version: int
     run_waiting_for_approval: bool
+    shown: Shown | None = None
+    """None when the channel shows the approval as it is now (the API, the dashboard)."""
 
 
 class Judgement(Model):
@@ -78,6 +88,14 @@ def judge(check: DecisionCheck) -> Judgement:
     a = check.approval
     if not has_role(check.roles, a.required_role):
         return Judgement.refuse(RefusalCode.ROLE_MISSING, f"{check.principal} lacks the {a.required_role} role")
+    if check.shown is not None and check.shown.payload_hash != a.payload_hash:
+        return Judgement.refuse(RefusalCode.DRAFT_CHANGED,
+                                f"the button shows draft {_short(check.shown.payload_hash)}, "
+                                f"the approval binds draft {_short(a.payload_hash)}")
+    if check.shown is not None and check.shown.resource_version != a.resource_version:
+        return Judgement.refuse(RefusalCode.RESOURCE_CHANGED,
+                                f"the button shows incident version {check.shown.resource_version}, "
+                                f"the approval binds version {a.resource_version}")
     if a.state != ApprovalState.PENDING:
         return _settled(check)
     if check.now >= a.expires_at:
@@ -92,6 +110,10 @@ def judge(check: DecisionCheck) -> Judgement:
                                     f"the incident is at version {check.current_resource_version}, "
                                     f"the approval was asked for {a.resource_version}")
     return Judgement(verdict=Verdict.APPLY)
+
+
+def _short(payload_hash: str) -> str:
+    return payload_hash.removeprefix("sha256:")[:12]
 
 
 def _settled(check: DecisionCheck) -> Judgement:

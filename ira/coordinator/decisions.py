@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 
 from ira.coordinator import gate, records
-from ira.coordinator.approval import Choice, Judgement, Verdict
+from ira.coordinator.approval import Choice, Judgement, Shown, Verdict
 from ira.coordinator.deps import Deps
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.operation import Approval
@@ -26,9 +26,10 @@ _MAX_KEY = 200
 
 async def record_decision(
     deps: Deps, *, tenant_id: str, approval_id: str, choice: Choice, principal: str, roles: frozenset[str],
-    reason: str | None = None, action_key: str | None = None,
+    reason: str | None = None, action_key: str | None = None, shown: Shown | None = None,
 ) -> tuple[Approval, Judgement]:
-    """One transaction per try; a concurrent click that won makes this one a duplicate or a refusal."""
+    """One transaction per try; a concurrent click that won makes this one a duplicate or a refusal.
+    ``shown``: the draft binding the decider's button carried (chat); it must match the approval's."""
     for attempt in range(DECISION_TRIES):
         try:
             async with deps.db.transaction() as conn:
@@ -37,7 +38,8 @@ async def record_decision(
                     approval = await records.get_approval(conn, tenant_id, approval_id)
                     return approval, Judgement(verdict=Verdict.DUPLICATE, message="this action was recorded before")
                 return await gate.decide(conn, tenant_id, approval_id, choice=choice, principal=principal,
-                                         roles=roles, reason=reason, config=deps.config, at=deps.clock.now())
+                                         roles=roles, reason=reason, config=deps.config, at=deps.clock.now(),
+                                         shown=shown)
         except ConcurrentUpdateError:
             if attempt == DECISION_TRIES - 1:
                 raise

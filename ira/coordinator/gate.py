@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import records
-from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Verdict, judge, target_state
+from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Shown, Verdict, judge, target_state
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
 from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
@@ -91,15 +91,16 @@ async def _approval_data(conn: AsyncConnection, run: Run, approval: Approval, *,
 
 async def decide(
     conn: AsyncConnection, tenant_id: str, approval_id: str, *, choice: Choice, principal: str,
-    roles: frozenset[str], reason: str | None, config: WorkflowConfig, at: datetime,
+    roles: frozenset[str], reason: str | None, config: WorkflowConfig, at: datetime, shown: Shown | None = None,
 ) -> tuple[Approval, Judgement]:
-    """Judge and, if it may, apply one decision; a refusal is recorded on the run's log."""
+    """Judge and, if it may, apply one decision; a refusal is recorded on the run's log.
+    ``shown``: the draft the decider saw (a chat button's binding), which must be the approval's."""
     run, approval = await _locked(conn, tenant_id, approval_id)
     draft = await records.current_draft(conn, tenant_id, run.run_id)
     judgement = judge(DecisionCheck(
         approval=approval, choice=choice, principal=principal, roles=roles, now=at,
         current_draft_ref=draft.ref if draft else None, current_resource_version=await incident_version(conn, run),
-        run_waiting_for_approval=run.state == RunState.WAITING and run.wait_kind == WaitKind.APPROVAL))
+        run_waiting_for_approval=run.state == RunState.WAITING and run.wait_kind == WaitKind.APPROVAL, shown=shown))
     if judgement.verdict == Verdict.REFUSE:
         await runs.append_events(conn, tenant_id, run.run_id,
             [EventDraft(type=RunEventType.APPROVAL_DECISION_REFUSED, data={

@@ -149,3 +149,7 @@ class ChatPoster(Protocol):
     async def tell(self, channel: str, user: str, *, text: str) -> None:
         """A message only ``user`` sees (ephemeral)."""
         ...
+
+    async def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> None:
+        """A dialog (Slack modal) for the person whose click gave ``trigger_id``."""
+        ...

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ira.coordinator.approval import Choice, DecisionCheck, RefusalCode, Verdict, judge
+from ira.coordinator.approval import Choice, DecisionCheck, RefusalCode, Shown, Verdict, judge
 from ira.core.operation import Approval
 from ira.core.states import ApprovalState
 
@@ -22,9 +22,11 @@ def approval(state: ApprovalState = ApprovalState.PENDING, *, by: str | None = N
 
 
 def check(a: Approval, *, choice: Choice = Choice.APPROVE, who: str = "lead", roles: tuple[str, ...] = ("approver",),
-          draft: str | None = DRAFT, version: int = 3, waiting: bool = True) -> DecisionCheck:
+          draft: str | None = DRAFT, version: int = 3, waiting: bool = True,
+          shown: tuple[str, int] | None = None) -> DecisionCheck:
     return DecisionCheck(approval=a, choice=choice, principal=who, roles=frozenset(roles), now=NOW,
-                         current_draft_ref=draft, current_resource_version=version, run_waiting_for_approval=waiting)
+                         current_draft_ref=draft, current_resource_version=version, run_waiting_for_approval=waiting,
+                         shown=Shown(payload_hash=shown[0], resource_version=shown[1]) if shown else None)
 
 
 CASES = [
@@ -40,6 +42,13 @@ CASES = [
     ("no draft any more", check(approval(), draft=None), Verdict.REFUSE, RefusalCode.DRAFT_CHANGED),
     ("incident moved on", check(approval(), version=4), Verdict.REFUSE, RefusalCode.RESOURCE_CHANGED),
     ("reject ignores drift", check(approval(), choice=Choice.REJECT, version=4), Verdict.APPLY, None),
+    ("the button shows this draft", check(approval(), shown=(DRAFT, 3)), Verdict.APPLY, None),
+    ("the button shows another draft", check(approval(), shown=("sha256:draft-v0", 3)), Verdict.REFUSE,
+     RefusalCode.DRAFT_CHANGED),
+    ("a reject button of another draft", check(approval(), choice=Choice.REJECT, shown=("sha256:draft-v0", 3)),
+     Verdict.REFUSE, RefusalCode.DRAFT_CHANGED),
+    ("the button shows another version", check(approval(), shown=(DRAFT, 2)), Verdict.REFUSE,
+     RefusalCode.RESOURCE_CHANGED),
     ("run not waiting", check(approval(), waiting=False), Verdict.REFUSE, RefusalCode.NOT_WAITING),
     ("same click again", check(approval(ApprovalState.APPROVED, by="lead")), Verdict.DUPLICATE, None),
     ("someone else already", check(approval(ApprovalState.APPROVED, by="ann")), Verdict.REFUSE,

@@ -6,9 +6,9 @@ and *drop a response after applying the call* (close the connection with no answ
 case where only a history lookup can tell the client its post exists.
 
 Methods: auth.test, conversations.list/info/history/replies, chat.postMessage/update/
-postEphemeral — with Slack's checks that matter here (token, channel, membership, block
-limits, message metadata returned only with ``include_all_metadata``). Every call is
-recorded in ``calls``.
+postEphemeral, views.open (the modal is kept in ``views``) — with Slack's checks that matter
+here (token, channel, membership, block limits, message metadata returned only with
+``include_all_metadata``). Every call is recorded in ``calls``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.slack_interactions import block_actions_body, signed_headers
+from tests.fakes.slack_interactions import block_actions_body, signed_headers, view_submission_body
 
 BOT_TOKEN = "xoxb-fake-bot-token"
 SIGNING_SECRET = "fake-signing-secret"
@@ -34,7 +34,7 @@ MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
 
 __all__ = ["BOT_TOKEN", "CHANNEL_ID", "SIGNING_SECRET", "FakeSlack", "block_actions_body", "fake_slack",
-           "signed_headers"]
+           "signed_headers", "view_submission_body"]
 
 
 @dataclass
@@ -66,6 +66,8 @@ class FakeSlack:
     members: set[str] = field(default_factory=lambda: {CHANNEL_ID})
     """Channels the bot is in."""
     ephemeral: list[dict[str, Any]] = field(default_factory=list)
+    views: list[dict[str, Any]] = field(default_factory=list)
+    """Modals opened (each with the ``id`` Slack gave it), in order."""
     _ts: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def calls_of(self, method: str) -> list[Call]:
@@ -186,6 +188,16 @@ class FakeSlack:
     def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
         self.ephemeral.append({"channel": args.get("channel"), "user": args.get("user"), "text": args.get("text")})
         return {"ok": True, "message_ts": self._next_ts()}
+
+    def _m_views_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        view = _loaded(args.get("view"))
+        if not args.get("trigger_id"):
+            return {"ok": False, "error": "invalid_trigger_id"}
+        if not isinstance(view, dict) or view.get("type") != "modal" or len(view.get("blocks") or []) > 100:
+            return {"ok": False, "error": "invalid_arguments"}
+        opened = {**view, "id": f"V{len(self.views) + 1:08d}", "trigger_id": args["trigger_id"]}
+        self.views.append(opened)
+        return {"ok": True, "view": opened}
 
     # -- helpers ---------------------------------------------------------------------------
 

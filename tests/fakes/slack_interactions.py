@@ -29,6 +29,21 @@ def block_actions_body(*, user: str, action_id: str, value: str, channel: str, m
     return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
 
 
+def view_submission_body(*, user: str, view: dict[str, Any], inputs: dict[str, str]) -> bytes:
+    """What Slack sends when ``user`` submits the modal ``view`` (as opened) with ``inputs``
+    (block_id -> text; ira's inputs use the same id for the block and the element)."""
+    values = {block: {block: {"type": "plain_text_input", "value": text}} for block, text in inputs.items()}
+    payload: dict[str, Any] = {
+        "type": "view_submission", "user": {"id": user, "username": user.lower(), "team_id": "T0FAKE"},
+        "api_app_id": "A0IRA", "token": "legacy-verification-token", "trigger_id": "4.5.6",
+        "team": {"id": "T0FAKE", "domain": "fake"},
+        "view": {"id": view["id"], "type": "modal", "callback_id": view.get("callback_id", ""),
+                 "private_metadata": view.get("private_metadata", ""), "hash": "1.abc",
+                 "state": {"values": values}},
+    }
+    return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+
+
 def signed_headers(secret: str, body: bytes, *, timestamp: int | None = None) -> dict[str, str]:
     """``X-Slack-Signature: v0=HMAC-SHA256(secret, "v0:<ts>:<body>")`` and the timestamp."""
     ts = str(int(time.time()) if timestamp is None else timestamp)

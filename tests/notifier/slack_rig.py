@@ -29,7 +29,7 @@ from ira.runtime.telemetry import Metrics
 from tests.coordinator.harness import T0, Pump, api_settings, build, decision, envelope, run_for_incident
 from tests.coordinator.test_approvals import waiting_for_approval
 from tests.fakes.slack import BOT_TOKEN, CHANNEL_ID, SIGNING_SECRET, FakeSlack, fake_slack
-from tests.fakes.slack_interactions import block_actions_body, buttons_of, signed_headers
+from tests.fakes.slack_interactions import block_actions_body, buttons_of, signed_headers, view_submission_body
 
 LEAD, VIEWER, STRANGER = "U0DEVLEAD", "U0VIEWER", "U0STRANGER"
 DASHBOARD = "http://ira.test"
@@ -78,6 +78,15 @@ class SlackRig:
                     action_ts: str | None = None, headers: dict[str, str] | None = None,
                     body: bytes | None = None) -> httpx.Response:
         body = body or self.click_body(message, user=user, action=action, action_ts=action_ts)
+        sent = headers or signed_headers(SIGNING_SECRET, body, timestamp=int(self.clock.now().timestamp()))
+        answer = await self.client.post("/slack/interactions", content=body, headers=sent)
+        await self.settled()
+        return answer
+
+    async def submit(self, view: dict[str, Any], *, inputs: dict[str, str], user: str = LEAD,
+                     headers: dict[str, str] | None = None, body: bytes | None = None) -> httpx.Response:
+        """Submit the modal ``view`` (as the fake recorded it when it was opened)."""
+        body = body or view_submission_body(user=user, view=view, inputs=inputs)
         sent = headers or signed_headers(SIGNING_SECRET, body, timestamp=int(self.clock.now().timestamp()))
         answer = await self.client.post("/slack/interactions", content=body, headers=sent)
         await self.settled()

@@ -17,8 +17,8 @@ from ira.runtime.store import runs
 from ira.runtime.store.database import Database
 from tests.coordinator.harness import auth, decision, envelope
 from tests.coordinator.test_approvals import approval_of, events_of
-from tests.fakes.slack import SIGNING_SECRET
-from tests.fakes.slack_interactions import buttons_of, signed_headers
+from tests.fakes.slack import CHANNEL_ID, SIGNING_SECRET
+from tests.fakes.slack_interactions import block_actions_body, buttons_of, signed_headers
 from tests.notifier.slack_rig import LEAD, STRANGER, VIEWER, SlackRig, slack_rig
 
 
@@ -112,6 +112,29 @@ async def test_a_click_by_someone_who_may_not_approve_is_refused_and_recorded(
     assert (refused["principal"], refused["code"]) == (principal, "role_missing")
     [ephemeral] = rig.slack.ephemeral
     assert ephemeral["user"] == user and told in ephemeral["text"]
+    assert rig.slack.calls_of("chat.update") == [] and await tickets(rig) == []
+
+
+@pytest.mark.parametrize(("field", "code"), [(1, "draft_changed"), (2, "resource_changed")])
+async def test_a_button_value_that_is_not_the_approvals_draft_is_refused(db: Database, field: int, code: str) -> None:
+    """The value names this approval but another draft (or incident version): refused, recorded, told."""
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        parts = buttons_of(posted)["approve"].split("|")
+        assert parts[1] == rig.approval.payload_hash and parts[2] == str(rig.approval.resource_version)
+        parts[field] = "sha256:" + "0" * 64 if field == 1 else str(int(parts[2]) + 1)
+        body = block_actions_body(user=LEAD, action_id="approve", value="|".join(parts), channel=CHANNEL_ID,
+                                  message_ts=posted["ts"])
+        answer = await rig.click(posted, body=body)
+        await rig.pump.drain()
+        await rig.notify()
+    assert answer.status_code == 200
+    assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
+    [refused] = await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")
+    assert (refused["principal"], refused["code"]) == ("lead", code)
+    [ephemeral] = rig.slack.ephemeral
+    assert ephemeral["user"] == LEAD and code in ephemeral["text"] and "latest message" in ephemeral["text"]
     assert rig.slack.calls_of("chat.update") == [] and await tickets(rig) == []
 
 

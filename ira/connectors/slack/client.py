@@ -66,6 +66,11 @@ class SlackChatPoster:
         async with map_slack_errors():
             await self._client.chat_postEphemeral(channel=channel, user=user, text=text)
 
+    async def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> None:
+        """``views.open``: a modal in front of the person who clicked (``trigger_id`` lives 3 s)."""
+        async with map_slack_errors():
+            await self._client.views_open(trigger_id=trigger_id, view=dict(view))
+
     async def check(self, channel: str) -> str:
         """``auth.test`` and membership of ``channel``: what ``ira doctor`` reports."""
         async with map_slack_errors():

@@ -3,13 +3,16 @@
 Slack POSTs ``application/x-www-form-urlencoded`` with one field, ``payload``, holding JSON,
 signed ``v0=HMAC-SHA256(signing_secret, "v0:<X-Slack-Request-Timestamp>:<raw body>")``.
 Nothing is parsed before the signature and the timestamp (at most 5 minutes old) verify:
-a forged, replayed-with-a-new-timestamp or tampered body never reaches the parser.
+a forged, replayed-with-a-new-timestamp or tampered body never reaches the parser. That holds
+for both kinds ira reads: ``block_actions`` (a button click) and ``view_submission`` (a modal
+submitted, e.g. the reason for a rejection).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qs
 
 from pydantic import ConfigDict, Field, ValidationError
@@ -22,6 +25,10 @@ from ira.core.model import Model
 
 APPROVE = "approve"
 REJECT = "reject"
+REJECT_REASON = "reject_reason"
+"""``callback_id`` of the modal asking why a draft is rejected."""
+REASON = "reason"
+"""``block_id`` and ``action_id`` of the modal's text input."""
 _SEPARATOR = "|"
 
 
@@ -82,6 +89,47 @@ class BlockActions(_Loose):
         return self.actions[0]
 
 
+class SlackView(_Loose):
+    """The submitted modal: ``private_metadata`` is what ira put there when opening it."""
+
+    id: str
+    callback_id: str = ""
+    private_metadata: str = ""
+    state: dict[str, Any] = Field(default_factory=dict)
+
+    def input(self, block_id: str, action_id: str) -> str | None:
+        """A text input's value (None when left empty)."""
+        found = (self.state.get("values") or {}).get(block_id, {}).get(action_id, {})
+        value = found.get("value") if isinstance(found, dict) else None
+        return (str(value).strip() or None) if value is not None else None
+
+
+class ViewSubmission(_Loose):
+    """A ``view_submission`` interaction: a person submitted one of our modals."""
+
+    type: str
+    user: SlackUser
+    view: SlackView
+
+
+class ModalContext(Model):
+    """What a modal carries in ``private_metadata``: the button it was opened from and where."""
+
+    value: str
+    channel_id: str | None = None
+    message_ts: str | None = None
+
+    def encode(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def decode(cls, metadata: str) -> ModalContext:
+        try:
+            return cls.model_validate_json(metadata)
+        except ValidationError as exc:
+            raise InvalidMessageError("not a modal ira opened (private_metadata)") from exc
+
+
 class _ClockAdapter(SlackClock):
     """slack-sdk's verifier asks a clock for the time; ours is injected (tests freeze it)."""
 
@@ -111,15 +159,25 @@ class InteractionVerifier:
 
 def parse_block_actions(body: bytes) -> BlockActions:
     """The verified form body's ``payload`` as a ``block_actions``; InvalidMessageError otherwise."""
+    parsed = parse_interaction(body)
+    if not isinstance(parsed, BlockActions):
+        raise InvalidMessageError(f"unsupported interaction type {parsed.type!r}")
+    return parsed
+
+
+def parse_interaction(body: bytes) -> BlockActions | ViewSubmission:
+    """The verified form body's ``payload``: a click or a submitted modal; InvalidMessageError otherwise."""
     try:
         fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
         payload = json.loads(fields["payload"][0])
-        parsed = BlockActions.model_validate(payload)
-    except (UnicodeDecodeError, ValueError, KeyError, ValidationError) as exc:
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        if kind == "block_actions":
+            return BlockActions.model_validate(payload)
+        if kind == "view_submission":
+            return ViewSubmission.model_validate(payload)
+    except (UnicodeDecodeError, ValueError, KeyError, AttributeError, ValidationError) as exc:
         raise InvalidMessageError(f"not a Slack interaction payload: {type(exc).__name__}") from exc
-    if parsed.type != "block_actions":
-        raise InvalidMessageError(f"unsupported interaction type {parsed.type!r}")
-    return parsed
+    raise InvalidMessageError(f"unsupported interaction type {str(kind)[:40]!r}")
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -104,6 +104,31 @@ def notice(title: str, lines: Sequence[str], *, run_url: str | None = None,
     return _message(title, blocks)
 
 
+MAX_MODAL_TITLE = 24
+MAX_METADATA = 3000
+MAX_INPUT = 3000
+
+
+def text_modal(*, callback_id: str, title: str, submit: str, intro: str, label: str, metadata: str,
+               block_id: str, optional: bool, max_length: int = MAX_INPUT,
+               extra_inputs: Sequence[Block] = ()) -> Block:
+    """A modal asking for one text (a rejection's reason, a repair's note); what it is about
+    travels in ``private_metadata`` and comes back with the ``view_submission``."""
+    text_input: Block = {"type": "input", "block_id": block_id, "optional": optional, "label": _plain(label, 2000),
+                         "element": {"type": "plain_text_input", "action_id": block_id, "multiline": True,
+                                     "max_length": max_length}}
+    return {"type": "modal", "callback_id": callback_id, "title": _plain(title, MAX_MODAL_TITLE),
+            "submit": _plain(submit, MAX_MODAL_TITLE), "close": _plain("Cancel", MAX_MODAL_TITLE),
+            "private_metadata": metadata[:MAX_METADATA],
+            "blocks": [_section(intro), text_input, *extra_inputs]}
+
+
+def line_input(block_id: str, label: str, *, optional: bool, max_length: int) -> Block:
+    """A one-line text input for :func:`text_modal`'s ``extra_inputs``."""
+    return {"type": "input", "block_id": block_id, "optional": optional, "label": _plain(label, 2000),
+            "element": {"type": "plain_text_input", "action_id": block_id, "max_length": max_length}}
+
+
 def action_button(text: str, action_id: str, value: str, *, style: str | None = None) -> Block:
     button: Block = {"type": "button", "action_id": action_id, "text": _plain(text, MAX_BUTTON_TEXT),
                      "value": cut(value, MAX_BUTTON_VALUE)}
