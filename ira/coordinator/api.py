@@ -1,5 +1,6 @@
 """The coordinator's commands over HTTP (DESIGN.md §10): cancel a run, decide an approval,
-close a manual repair with a note, draft anyway after a failed required branch.
+close a manual repair with a note, draft anyway or retry the failed branches after a failed
+required branch.
 
 Every read (runs, events, report, draft, tickets) is served by the read model
 (``ira.readmodel`` through ``ira.dashboard.api``); this module only changes things. Every
@@ -85,6 +86,16 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
         async with deps.db.transaction() as conn:
             run = await control.draft_anyway(conn, caller.tenant_id, work_item_id, principal=caller.name,
                                              note=body.note, config=deps.config, at=deps.clock.now())
+        return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
+
+    @router.post("/work-items/{work_item_id}/retry")
+    async def retry_branches(work_item_id: str, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
+        """After a required branch failed: run each failed branch again (a new attempt, a fresh
+        slice and deadline); the join waits for them and judges each branch by its latest attempt."""
+        caller.require("approver")
+        async with deps.db.transaction() as conn:
+            run = await control.retry_failed_branches(conn, caller.tenant_id, work_item_id, principal=caller.name,
+                                                      note=body.note, config=deps.config, at=deps.clock.now())
         return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
 
     @router.post("/approvals/{approval_id}/decision", response_model=None)

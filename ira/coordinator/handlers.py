@@ -43,7 +43,6 @@ from ira.coordinator.report import (
 )
 from ira.coordinator.workflow import (
     APPROVE_TICKET,
-    BRANCH_KINDS,
     COMPLETE,
     CREATE_TICKET,
     CREATE_TICKET_ACTION,
@@ -51,6 +50,7 @@ from ira.coordinator.workflow import (
     SYNTHESIZE,
     PolicyAnswer,
     judge_action,
+    latest_attempts,
 )
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
@@ -110,7 +110,7 @@ async def join(deps: Deps, ctx: StepContext) -> None:
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
-        branches = [s for s in await steps.list_steps(conn, c.tenant_id, c.run_id) if s.kind in BRANCH_KINDS]
+        branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
         outcomes = tuple([assess_branch(s, await load_model(conn, c.tenant_id, s.result_ref, model=BranchResult))
                           for s in branches])
         policy = DRAFT_ANYWAY if await has_event(conn, run, RunEventType.REVIEW_DRAFT_ANYWAY) \

@@ -29,6 +29,7 @@ from ira.core.states import TERMINAL_RUN_STATES, RunState
 from ira.runtime.store import budget, runs, timers
 from ira.runtime.store.rows import run_from_row
 from ira.runtime.store.schema import runs as runs_table
+from ira.runtime.telemetry import current_trace_id
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     return await runs.commit(conn, RunCommit(
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         events=(EventDraft(type=RunEventType.RUN_STARTED,
-            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)}),)), at=at)
+            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices),
+                  "trace_id": current_trace_id()}),)), at=at)
 
 
 async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,

@@ -19,7 +19,7 @@ was bound at acceptance, not whatever the code says today.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -32,6 +32,7 @@ from ira.core.decision import IncidentDecision
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchBinding, BranchKind
+from ira.core.run import Step
 from ira.core.states import StepState
 from ira.runtime.store.timers import Timer
 from ira.runtime.wakeup import step_wakeup
@@ -180,3 +181,28 @@ def _coordinator_steps(planned: tuple[BranchKind, ...]) -> tuple[NewStep, ...]:
              (CREATE_TICKET, (APPROVE_TICKET,)), (COMPLETE, (CREATE_TICKET,))]
     return tuple(NewStep(step_id=step_id, kind=step_id, state=StepState.BLOCKED if deps else StepState.READY,
                          depends_on=deps) for step_id, deps in chain)
+
+
+RETRY_MARK = "~"
+"""A retried branch's step id is ``<kind>~<attempt>`` (``metrics~2``); the first attempt is ``<kind>``."""
+
+
+def attempt_of(step_id: str) -> int:
+    """1 for a planned branch step, n for its (n-1)th retry."""
+    _, mark, attempt = step_id.partition(RETRY_MARK)
+    return int(attempt) if mark and attempt.isascii() and attempt.isdigit() else 1
+
+
+def retry_step_id(kind: str, attempt: int) -> str:
+    return f"{kind}{RETRY_MARK}{attempt}"
+
+
+def latest_attempts(plan: Iterable[Step]) -> list[Step]:
+    """Each branch's latest attempt, in kind order: a retry supersedes the attempt it repeats
+    (the earlier one stays in the plan, FAILED, as history)."""
+    latest: dict[str, Step] = {}
+    for step in plan:
+        if step.kind in BRANCH_KINDS and (step.kind not in latest
+                                           or attempt_of(step.step_id) > attempt_of(latest[step.kind].step_id)):
+            latest[step.kind] = step
+    return [latest[kind] for kind in sorted(latest)]

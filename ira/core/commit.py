@@ -52,6 +52,19 @@ class StepChange(Model):
     result_ref: str | None = None
     release_claim: bool = True
     """Clear owner and lease: a finished or waiting step holds no worker."""
+    depends_on: tuple[str, ...] | None = None
+    """New dependencies (a join sent back to wait for retried branches), or None to keep them."""
+
+
+class NewStep(Model):
+    """A step of a new run's plan."""
+
+    step_id: str
+    kind: str
+    state: StepState
+    depends_on: tuple[str, ...] = ()
+    required: bool = True
+    binding: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunCommit(Model):
@@ -69,17 +82,8 @@ class RunCommit(Model):
     steps: tuple[StepChange, ...] = ()
     events: tuple[EventDraft, ...] = ()
     outbox: tuple[OutboxMessage, ...] = ()
-
-
-class NewStep(Model):
-    """A step of a new run's plan."""
-
-    step_id: str
-    kind: str
-    state: StepState
-    depends_on: tuple[str, ...] = ()
-    required: bool = True
-    binding: dict[str, Any] = Field(default_factory=dict)
+    new_steps: tuple[NewStep, ...] = ()
+    """Steps added to the plan of a running run (a person's retry of failed branches)."""
 
 
 class NewRun(Model):

@@ -35,6 +35,7 @@ class RunEventType(StrEnum):
     BRANCH_NOT_PLANNED = "BRANCH_NOT_PLANNED"  #: its data source is not configured: a stated gap, no step
     JOINED = "JOINED"
     REVIEW_DRAFT_ANYWAY = "REVIEW_DRAFT_ANYWAY"  #: a person chose to draft without a failed required branch
+    REVIEW_RETRY_BRANCHES = "REVIEW_RETRY_BRANCHES"  #: a person sent the failed branches to a new attempt
     # report, draft, approval
     REPORT_WRITTEN = "REPORT_WRITTEN"
     DRAFT_WRITTEN = "DRAFT_WRITTEN"

@@ -108,7 +108,8 @@ STEP_TRANSITIONS: Mapping[StepState, frozenset[StepState]] = {
     _SS.READY: frozenset({_SS.RUNNING, _SS.SKIPPED, _SS.FAILED}),
     # RUNNING -> READY is a release (the owner gives the step back without finishing it).
     _SS.RUNNING: frozenset({_SS.READY, _SS.WAITING, _SS.DONE, _SS.FAILED, _SS.SKIPPED}),
-    _SS.WAITING: frozenset({_SS.READY, _SS.FAILED, _SS.SKIPPED}),
+    # WAITING -> BLOCKED: a join waiting on a person goes back to wait for retried branches.
+    _SS.WAITING: frozenset({_SS.READY, _SS.BLOCKED, _SS.FAILED, _SS.SKIPPED}),
     _SS.DONE: frozenset(),
     _SS.FAILED: frozenset(),
     _SS.SKIPPED: frozenset(),

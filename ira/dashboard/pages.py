@@ -131,7 +131,7 @@ def build_pages(platform: Platform) -> APIRouter:
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("run.html", viewer=viewer, run=run, events=log.events, report=report, draft=draft,
                            may_decide=may_decide(viewer), csrf=csrf_token(request_token(request)), asks=asks,
-                           nav="runs")
+                           nav="runs", trace_link=platform.settings.telemetry.link(run.trace_id))
 
     @router.get("/health")
     async def health(viewer: Viewer) -> HTMLResponse:

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.schema import ticket_drafts
 from ira.core.budget import ROOT_SCOPE
+from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.states import ApprovalState, DeliveryState, OperationFact, OperationHandling, StepState
 from ira.readmodel.rows import view_of
@@ -19,6 +20,7 @@ from ira.runtime.store.schema import (
     attempts,
     budget_accounts,
     deliveries,
+    events,
     operations,
     runs,
     steps,
@@ -137,6 +139,8 @@ class RunDetail(RunSummary):
     deliveries: tuple[DeliveryView, ...]
     work_items: tuple[WorkItemView, ...]
     drafts: tuple[DraftVersion, ...]
+    trace_id: str | None = None
+    """The trace of the work that started the run (its alert's), when one was recorded."""
 
 
 async def run_detail(conn: AsyncConnection, tenant_id: str, run_id: str) -> RunDetail:
@@ -154,7 +158,16 @@ async def run_detail(conn: AsyncConnection, tenant_id: str, run_id: str) -> RunD
         deliveries=tuple(delivery_view(r) for r in await _rows(conn, deliveries, tenant_id, run_id,
                                                                    deliveries.c.created_at)),
         work_items=await _of(conn, WorkItemView, work_items, tenant_id, run_id, work_items.c.created_at),
-        drafts=await _of(conn, DraftVersion, ticket_drafts, tenant_id, run_id, ticket_drafts.c.version))
+        drafts=await _of(conn, DraftVersion, ticket_drafts, tenant_id, run_id, ticket_drafts.c.version),
+        trace_id=await _trace_id(conn, tenant_id, run_id))
+
+
+async def _trace_id(conn: AsyncConnection, tenant_id: str, run_id: str) -> str | None:
+    data = (await conn.execute(select(events.c.data).where(
+        events.c.tenant_id == tenant_id, events.c.run_id == run_id,
+        events.c.type == RunEventType.RUN_STARTED).limit(1))).scalar_one_or_none()
+    trace_id = (data or {}).get("trace_id")
+    return str(trace_id) if trace_id else None
 
 
 async def _rows(conn: AsyncConnection, table: Any, tenant_id: str, run_id: str, order: Any) -> list[Any]:

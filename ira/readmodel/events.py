@@ -90,6 +90,9 @@ SENTENCES: dict[E, _Sentence] = {
     E.JOINED: lambda d: f"Branches joined: {_get(d, 'verdict')}.",
     E.REVIEW_DRAFT_ANYWAY: lambda d: f"{_get(d, 'principal')} chose to draft anyway, the gaps stated"
                                      + (f": “{d['note']}”." if d.get("note") else "."),
+    E.REVIEW_RETRY_BRANCHES: lambda d: f"{_get(d, 'principal')} retried the failed branches "
+                                       f"({', '.join(d.get('retried') or ()) or '?'})"
+                                       + (f": “{d['note']}”." if d.get("note") else "."),
     E.REPORT_WRITTEN: lambda d: f"Report written: {_get(d, 'facts')} facts, {_get(d, 'hypotheses')} hypotheses.",
     E.DRAFT_WRITTEN: lambda d: f"Ticket draft v{_get(d, 'version')} written.",
     E.DRAFT_REVISED: lambda d: f"Ticket draft revised to v{_get(d, 'version')}.",

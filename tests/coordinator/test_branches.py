@@ -78,6 +78,57 @@ async def test_a_person_drafts_anyway_and_the_draft_states_the_gap(db: Database)
     assert said == "lead chose to draft anyway, the gaps stated: “logs are down; metrics are clear”."
 
 
+async def test_a_person_retries_the_failed_branch_and_the_run_goes_on(db: Database) -> None:
+    # Given a run waiting for a review because its required logs branch failed
+    pump, run, _ = await started(db, behaviour={"logs": "fail"})
+    async with db.reader() as conn:
+        [item] = await records.list_work_items(conn, "acme", run.run_id)
+    async with api(pump.deps) as client:
+        path = f"/v1/work-items/{item.work_item_id}/retry"
+        # When a viewer tries, nothing happens; when the logs source is back and an approver retries
+        refused = await client.post(path, headers=auth("viewer"), json={})
+        pump.scripted.behaviour = {}
+        chosen = await client.post(path, headers=auth("lead"), json={"note": "Loki is back"})
+        await pump.drain()
+        again = await client.post(path, headers=auth("lead"), json={})
+        detail = (await client.get(f"/v1/runs/{run.run_id}", headers=auth("viewer"))).json()
+        events = (await client.get(f"/v1/runs/{run.run_id}/events", headers=auth("viewer"))).json()["events"]
+    run, plan, log = await current(db, run.run_id)
+    async with db.reader() as conn:
+        draft = await records.current_draft(conn, "acme", run.run_id)
+        doc = TicketDraft.model_validate_json((await get_artifact(conn, "acme", draft.ref))[1])
+        retry_slice = await budget.list_balances(conn, "acme", run.run_id, scope="logs~2")
+    await pump.close()
+    assert refused.status_code == 403 and chosen.status_code == 200, chosen.text
+    assert chosen.json()["state"] == "running"
+    assert again.status_code == 400  # the review is closed
+    # Then the failed attempt stays as history, the new attempt ran in its own slice, and the
+    # join judged the branch by its latest attempt: the run waits for approval of a full draft
+    assert (plan["logs"], plan["logs~2"], plan["join"]) == (StepState.FAILED, StepState.DONE, StepState.DONE)
+    assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)
+    assert retry_slice, "the retry draws from a slice of its own"
+    assert "## Missing" not in doc.request.body
+    assert log.index("REVIEW_RETRY_BRANCHES") < log.index("JOINED", log.index("REVIEW_RETRY_BRANCHES"))
+    [said] = [e["text"] for e in events if e["type"] == "REVIEW_RETRY_BRANCHES"]
+    assert said == "lead retried the failed branches (logs): “Loki is back”."
+    assert "logs~2" in {s["step_id"] for s in detail["steps"]}
+
+
+async def test_a_retried_branch_that_fails_again_asks_again(db: Database) -> None:
+    pump, run, _ = await started(db, behaviour={"metrics": "fail"})
+    for attempt in (2, 3):
+        async with db.reader() as conn:
+            [item] = [i for i in await records.list_work_items(conn, "acme", run.run_id) if i.state == "open"]
+        async with api(pump.deps) as client:
+            answer = await client.post(f"/v1/work-items/{item.work_item_id}/retry", headers=auth("lead"), json={})
+        await pump.drain()
+        assert answer.status_code == 200, answer.text
+        run, plan, _ = await current(db, run.run_id)
+        assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.HUMAN_REVIEW)
+        assert plan[f"metrics~{attempt}"] == StepState.FAILED and plan["join"] == StepState.WAITING
+    await pump.close()
+
+
 async def test_required_branch_failure_fails_the_run_when_configured(db: Database) -> None:
     pump, run, _ = await started(db, behaviour={"metrics": "fail"}, on_required_failure="fail")
     run, plan, _ = await current(db, run.run_id)

@@ -76,6 +76,17 @@ async def test_run_page_shows_steps_and_events(client: httpx.AsyncClient, platfo
     assert (await client.get("/static/run.js")).status_code == 200
 
 
+async def test_run_page_shows_the_runs_trace_id(client: httpx.AsyncClient, platform: Platform) -> None:
+    run_id = await make_run(platform, "demo")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with platform.db.transaction() as conn:
+        await runs.append_events(conn, "demo", run_id, [EventDraft(type=RunEventType.RUN_STARTED, data={
+            "branch_deadline": "2026-12-01T00:10:00+00:00", "trace_id": trace_id})], at=datetime.now(UTC))
+    await login(client)
+    page = (await client.get(f"/runs/{run_id}")).text
+    assert f'<span class="meta mono" id="trace">trace {trace_id}</span>' in page
+
+
 async def test_event_stream_resumes_after_last_event_id(client: httpx.AsyncClient, platform: Platform) -> None:
     run_id = await make_run(platform, "demo")
     async with platform.db.transaction() as conn:

@@ -119,7 +119,9 @@
     submitted.preventDefault();
     const result = form.querySelector(".result");
     const data = Object.fromEntries([...new FormData(form)].map(([k, v]) => [k, v || null]));
-    const response = await fetch(form.dataset.action, {
+    // a second submit button (retry) names its own route; the form's route is the default
+    const action = (submitted.submitter && submitted.submitter.dataset.action) || form.dataset.action;
+    const response = await fetch(action, {
       method: "POST",
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },

@@ -34,6 +34,7 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_SLACK_CHANNEL": "slack.channel",
     "IRA_SLACK_DASHBOARD_URL": "slack.dashboard_url",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
+    "IRA_TRACE_URL": "telemetry.trace_url",
     "IRA_FAULTS": "faults",
     "IRA_INGEST_ACK": "ingest.ack",
     "IRA_NOTIFIER_WEBHOOK_URL": "notifier.webhook_url",

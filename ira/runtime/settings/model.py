@@ -115,6 +115,22 @@ class SlackSettings(Section):
         return self.bot_token is not None and self.signing_secret is not None
 
 
+class TelemetrySettings(Section):
+    trace_url: str | None = None
+    """Where a trace can be opened, ``{trace_id}`` filled in (``http://127.0.0.1:16686/trace/{trace_id}``
+    for a local Jaeger): the run page links a run's trace there (``IRA_TRACE_URL``)."""
+
+    @field_validator("trace_url")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith(("http://", "https://")) or "{trace_id}" not in value):
+            raise ValueError("must be an http:// or https:// URL holding {trace_id}")
+        return value
+
+    def link(self, trace_id: str | None) -> str | None:
+        return self.trace_url.replace("{trace_id}", trace_id) if self.trace_url and trace_id else None
+
+
 class RuntimeTuning(Section):
     """Knobs of the shared machinery (relay, scanner, leases); defaults suit one machine."""
 
@@ -208,6 +224,7 @@ class Settings(Section):
     slack: SlackSettings = SlackSettings()
     approval_expiry: Duration = timedelta(minutes=30)
     otel_endpoint: str | None = None
+    telemetry: TelemetrySettings = TelemetrySettings()
     artifact_max_bytes: int = Field(default=1024 * 1024, ge=1)
     runtime: RuntimeTuning = RuntimeTuning()
     agents: AgentsSettings = AgentsSettings()

@@ -24,7 +24,7 @@ from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.steps import apply_step_changes, check_fence, insert_steps, with_promotions
+from ira.runtime.store.steps import add_steps, apply_step_changes, check_fence, insert_steps, with_promotions
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
@@ -69,6 +69,7 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
     if row is None:
         await _explain_refusal(conn, change)
     run = run_from_row(row)
+    await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
     await apply_step_changes(conn, change, at=at)
     first_seq = run.last_seq - len(change.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)

@@ -7,12 +7,13 @@ Every later write by that owner names the epoch, and the store refuses lower one
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.commit import EventDraft, Fence, NewRun, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, NewRun, NewStep, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
@@ -32,13 +33,19 @@ def _key(tenant_id: str, run_id: str, step_id: str):  # type: ignore[no-untyped-
 
 
 async def insert_steps(conn: AsyncConnection, new: NewRun, *, at: datetime) -> None:
-    if not new.steps:
+    await add_steps(conn, new.tenant_id, new.run_id, new.steps, at=at)
+
+
+async def add_steps(conn: AsyncConnection, tenant_id: str, run_id: str, new_steps: Sequence[NewStep], *,
+                    at: datetime) -> None:
+    """Insert steps into a run's plan: the plan at creation, or steps a person added later."""
+    if not new_steps:
         return
     await conn.execute(insert(steps), [
-        {"tenant_id": new.tenant_id, "run_id": new.run_id, "step_id": s.step_id, "kind": s.kind,
+        {"tenant_id": tenant_id, "run_id": run_id, "step_id": s.step_id, "kind": s.kind,
          "state": s.state, "depends_on": list(s.depends_on), "required": s.required, "owner": None,
          "owner_epoch": 0, "lease_until": None, "binding": s.binding, "result_ref": None, "updated_at": at}
-        for s in new.steps
+        for s in new_steps
     ])
 
 
@@ -186,6 +193,8 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         values["result_ref"] = change.result_ref
     if change.release_claim:
         values.update(owner=None, lease_until=None)
+    if change.depends_on is not None:
+        values["depends_on"] = list(change.depends_on)
     result = await conn.execute(
         update(steps).where(_key(tenant_id, run_id, change.step_id), steps.c.state.in_(sources)).values(**values))
     if result.rowcount != 1:
