@@ -91,7 +91,7 @@ def llm_client(provider: LlmProviderSettings):  # type: ignore[no-untyped-def]
                                                max_retries=0))
 
 
-def build_policy(kind: BranchKind, settings: AgentsSettings) -> Policy:
+def build_policy(kind: BranchKind, settings: AgentsSettings, *, redactor: Redactor | None = None) -> Policy:
     section = getattr(settings, kind.value)
     if section.policy == "rules":
         return rule_policy(kind, section)
@@ -99,18 +99,18 @@ def build_policy(kind: BranchKind, settings: AgentsSettings) -> Policy:
 
     provider = settings.provider(section.provider)
     return LlmPolicy(client=llm_client(provider), provider=provider, price=settings.price(provider.model),
-                     observation_chars=settings.observation_chars)
+                     observation_chars=settings.observation_chars, redactor=redactor or Redactor())
 
 
 def build_handlers(
     settings: Settings, *, db: Database, clock: Clock, connectors: ConnectorSet
 ) -> dict[str, StepHandler]:
     agents = settings.agents
-    redactor = Redactor([*settings.secret_values(), *(s.get_secret_value() for s in agents.redact)])
+    redactor = settings.redactor()  # every SecretStr of the settings, ``agents.redact`` included
     limits = LoopLimits(max_turns=agents.max_turns, no_progress_repeats=agents.no_progress_repeats,
                         max_denials=agents.max_denials, tool_timeout=agents.tool_timeout,
                         artifact_max_bytes=settings.artifact_max_bytes)
-    policies = {kind: build_policy(kind, agents) for kind in BranchKind}
+    policies = {kind: build_policy(kind, agents, redactor=redactor) for kind in BranchKind}
 
     def loop_for(kind: BranchKind) -> BranchLoop:
         return BranchLoop(db=db, clock=clock, policy=policies[kind], connectors=connectors, redactor=redactor,

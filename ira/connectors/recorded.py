@@ -24,6 +24,7 @@ from ira.connectors.runbooks import FileRunbookSource
 from ira.core.errors import ConnectorRejectedError
 from ira.core.model import Model
 from ira.core.ports import ChangeSource, LogSource, MetricSource
+from ira.core.redact import Redactor
 from ira.core.signals import (
     READ_ONLY_RETRY,
     ChangeQuery,
@@ -158,6 +159,8 @@ class Recorder:
     """Wraps live connectors and keeps every answer, to be written as ``observations.jsonl``."""
 
     entries: list[Recording] = field(default_factory=list)
+    redactor: Redactor = field(default_factory=Redactor)
+    """A bundle leaves the installation: what it records is written through the redactor."""
 
     def wrap(self, live: ConnectorSet) -> ConnectorSet:
         return ConnectorSet(metrics=_RecordingMetrics(live.metrics, self.add) if live.metrics else None,
@@ -171,7 +174,8 @@ class Recorder:
                                       result=result.model_dump(mode="json")))
 
     def write(self, path: Path) -> None:
-        path.write_text("".join(e.model_dump_json() + "\n" for e in self.entries), encoding="utf-8")
+        lines = (json.dumps(self.redactor.value(e.model_dump(mode="json")), sort_keys=True) for e in self.entries)
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 _Add = Callable[..., None]

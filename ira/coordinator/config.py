@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from ira.core.budget import BudgetDimension
 from ira.core.investigation import BranchKind
+from ira.core.redact import Redactor
 from ira.runtime.settings import Settings
 
 
@@ -35,6 +36,9 @@ class WorkflowConfig:
     """Where notifications go: ``slack`` when Slack is configured, else the webhook channel."""
     dashboard_url: str | None = None
     """Base of run links in notifications (``<dashboard_url>/runs/<run_id>``)."""
+    redactor: Redactor = field(default_factory=Redactor)
+    """Masks configured secrets and secret-shaped text where outside text enters a run (the
+    alert) and where a run's text leaves it (the ticket draft)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkflowConfig:
@@ -47,7 +51,7 @@ class WorkflowConfig:
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
                    artifact_max_bytes=settings.artifact_max_bytes,
                    notification_channel="slack" if settings.slack.enabled else "webhook",
-                   dashboard_url=settings.slack.dashboard_url.rstrip("/"))
+                   dashboard_url=settings.slack.dashboard_url.rstrip("/"), redactor=settings.redactor())
 
     def run_url(self, run_id: str) -> str | None:
         return f"{self.dashboard_url}/runs/{run_id}" if self.dashboard_url else None

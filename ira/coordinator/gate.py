@@ -185,6 +185,8 @@ async def revise(
     version = new_version or current.incident_version
     body = doc.request.body + (f"\n\n## Update (incident version {version})\n- {note}" if note else "")
     request = doc.request.model_copy(update={"body": body, **(edit or {})})
+    request = request.model_copy(update={"title": config.redactor.text(request.title),
+                                         "body": config.redactor.text(request.body)})
     revised = doc.model_copy(update={"request": request, "incident_version": version})
     ref = await store_json(conn, run.tenant_id, canonical_json(revised), config=config, at=at)
     draft = await records.add_draft(conn, run.tenant_id, run.run_id, ref=ref.ref, incident_version=version,

@@ -160,7 +160,8 @@ async def synthesize(deps: Deps, ctx: StepContext) -> None:
         report = await _report(conn, run)
         report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
         version = await incident_version(conn, run)
-        draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version)
+        draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version,
+                              redactor=deps.config.redactor)
         draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
         record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
                                          reason="synthesized", at=now)

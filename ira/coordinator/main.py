@@ -58,7 +58,8 @@ def slack_interactions(platform: Platform, deps: Deps) -> SlackInteractions:
     """``/slack/interactions`` with the bot's client (only called when Slack is configured)."""
     slack = platform.settings.slack
     assert slack.bot_token is not None and slack.signing_secret is not None
-    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url),
+                             redactor=platform.settings.redactor())
     return SlackInteractions(platform.settings, deps, poster=poster, metrics=platform.metrics,
                              verifier=InteractionVerifier(slack.signing_secret.get_secret_value(), platform.clock))
 

@@ -18,6 +18,7 @@ from ira.coordinator.synthesis import Item, parse_time, synthesize
 from ira.coordinator.workflow import NOT_CONFIGURED
 from ira.core.investigation import BranchResult, StopReason
 from ira.core.model import Model
+from ira.core.redact import Redactor
 from ira.core.report import MissingBranch, Report, ReportFact, ReportHypothesis, TicketDraft
 from ira.core.ticket import TicketRequest
 
@@ -115,12 +116,16 @@ def _fact(branch: AcceptedBranch, evidence: Any) -> ReportFact:
 
 def compose_draft(
     report: Report, *, report_ref: str, tenant_id: str, incident_version: int, updates: Sequence[str] = (),
+    redactor: Redactor | None = None,
 ) -> TicketDraft:
-    """The ticket for ``report``; ``updates`` are notes appended when the incident changed."""
+    """The ticket for ``report``; ``updates`` are notes appended when the incident changed.
+    Title and body pass the redactor: the draft is what leaves for the ticket system and Slack."""
     service = f" {report.service}:" if report.service else ""
+    redactor = redactor or Redactor()
     request = TicketRequest(
-        tenant_id=tenant_id, title=f"[{report.severity}]{service} {report.title}".strip(),
-        body=render_body(report, incident_version=incident_version, updates=updates), severity=report.severity,
+        tenant_id=tenant_id, title=redactor.text(f"[{report.severity}]{service} {report.title}".strip()),
+        body=redactor.text(render_body(report, incident_version=incident_version, updates=updates)),
+        severity=report.severity,
         service=report.service, incident_id=report.incident_id,
         labels={"source": "ira", "run_id": report.run_id})
     refs = tuple(dict.fromkeys(f.evidence_ref for f in report.facts))

@@ -32,6 +32,7 @@ from ira.core.decision import IncidentDecision
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchBinding, BranchKind
+from ira.core.redact import Redactor
 from ira.core.run import Step
 from ira.core.states import StepState
 from ira.runtime.store.timers import Timer
@@ -106,6 +107,7 @@ def run_contract(planned: tuple[BranchKind, ...]) -> dict[str, Any]:
 
 def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetime) -> RunPlan:
     """The run for a ``create_run`` decision: steps, bindings, contract, wake-ups, budget."""
+    decision = redacted(decision, config.redactor)
     run_id = new_id("run")
     deadline = now + config.branch_deadline
     planned = planned_branches(config)
@@ -130,6 +132,17 @@ def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetim
                   due_at=deadline, run_id=run_id)
     return RunPlan(new_run=new_run, root_budget=dict(config.root_budget), deadline=timer,
                    slices={kind.value: dict(config.branch_budget) for kind in planned})
+
+
+def redacted(decision: IncidentDecision, redactor: Redactor) -> IncidentDecision:
+    """The decision with the alert's free text masked: the title, labels, annotations and link
+    reach bindings, events, model prompts, drafts and Slack, so secrets stop here (once per
+    run, not per alert on the ingest path)."""
+    alert = decision.alert
+    clean = alert.model_copy(update={
+        "labels": redactor.value(alert.labels), "annotations": redactor.value(alert.annotations),
+        "generator_url": redactor.text(alert.generator_url) if alert.generator_url else None})
+    return decision.model_copy(update={"title": redactor.text(decision.title), "alert": clean})
 
 
 def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]:

@@ -36,7 +36,8 @@ def build_slack_channel(platform: Platform) -> SlackChannel | None:
     slack = platform.settings.slack
     if not slack.enabled or slack.bot_token is None:
         return None
-    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
+    poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url),
+                             redactor=platform.settings.redactor())
     return SlackChannel(poster, platform.db, channel=slack.channel, clock=platform.clock,
                         chat_users={a.principal: a.slack_user for a in slack.approvers})
 

@@ -5,9 +5,11 @@ Why context variables: a coroutine working on one step says once
 from any module, carries those ids; no logger adapters are threaded through call chains.
 The trace and span ids come from the current OpenTelemetry span the same way.
 
-Why a filter on the handler: secrets must never reach a log (DESIGN.md §9). The filter
-replaces every configured secret value in the message, the exception text and string
-extras before any formatter sees the record; ``SecretStr`` values already print as stars.
+Why a filter on the handler: secrets must never reach a log (DESIGN.md §9). The filter runs
+the platform's one redactor (:mod:`ira.core.redact`: every configured secret value, and
+secret-shaped text such as ``STRIPE_API_KEY=...`` or a bearer token) over the message, the
+exception text and string extras before any formatter sees the record; ``SecretStr``
+values already print as stars.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any, TextIO
 
 from opentelemetry import trace
 
+from ira.core.redact import Redactor
+
 HANDLER_NAME = "ira-json"
-MASK = "***"
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _context: ContextVar[Mapping[str, str]] = ContextVar("ira_log_context", default=_EMPTY)
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -54,17 +57,14 @@ def current_log_context() -> Mapping[str, str]:
 
 
 class SecretFilter(logging.Filter):
-    """Replaces known secret values in a record, so no handler can write them."""
+    """Masks secrets in a record (configured values and secret-shaped text), so no handler can write them."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        # Longest first: a secret that contains another is masked whole.
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._redactor = Redactor(secrets)
 
     def mask(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        return text
+        return self._redactor.text(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = self.mask(record.getMessage()), ()

@@ -6,6 +6,10 @@ The bus traces Kafka itself (:mod:`ira.runtime.bus.tracing`: a PRODUCER span per
 ``traceparent`` in the record headers, a CONSUMER span per record that continues it); the
 FastAPI app is instrumented in :mod:`ira.runtime.http`.
 
+Every exporter is wrapped in :class:`RedactingSpanExporter`: span names, attributes, event
+attributes (recorded exceptions) and status descriptions pass the platform's one redactor
+before they leave the process (DESIGN.md §9: secrets never enter traces).
+
 Metrics live in a :class:`Metrics` object with its *own* registry rather than
 prometheus_client's global one, so two apps in one test process never share counters and a
 role can add its own metrics with ``metrics.registry``.
@@ -13,31 +17,40 @@ role can add its own metrics with ``metrics.registry``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Status
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
+from ira.core.redact import Redactor
 from ira.runtime.settings import Settings
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def setup_tracing(settings: Settings, *, service_name: str = "ira", install: bool = True) -> TracerProvider:
+def setup_tracing(settings: Settings, *, service_name: str = "ira", install: bool = True,
+                  exporter: SpanExporter | None = None) -> TracerProvider:
     """Build this process's tracer provider.
 
     ``install`` makes it the global provider that ``trace.get_tracer`` hands out (the bus's
-    spans use it), which only the first call in a process can do; tests pass ``install=False``.
+    spans use it), which only the first call in a process can do; tests pass ``install=False``
+    and may pass an ``exporter`` of their own (exported span by span, redacted like OTLP's).
     """
     resource = Resource.create(
         {SERVICE_NAME: service_name, "deployment.environment": settings.environment, "ira.tenant": settings.tenant}
     )
     provider = TracerProvider(resource=resource)
     if settings.otel_endpoint:
-        exporter = OTLPSpanExporter(endpoint=f"{settings.otel_endpoint.rstrip('/')}/v1/traces")
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        otlp = OTLPSpanExporter(endpoint=f"{settings.otel_endpoint.rstrip('/')}/v1/traces")
+        provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(otlp, settings.redactor())))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(exporter, settings.redactor())))
     if install:
         trace.set_tracer_provider(provider)
     return provider
@@ -53,6 +66,43 @@ def current_trace_id() -> str | None:
 def shutdown_tracing(provider: TracerProvider) -> None:
     """Flush buffered spans (end of process or test)."""
     provider.shutdown()
+
+
+class RedactingSpanExporter(SpanExporter):
+    """Hands ``inner`` copies of the spans with every string passed through the redactor."""
+
+    def __init__(self, inner: SpanExporter, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._inner.export([self._redacted(s) for s in spans])
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def _redacted(self, span: ReadableSpan) -> ReadableSpan:
+        r = self._redactor
+        events = [Event(r.text(e.name), self._attributes(e.attributes), timestamp=e.timestamp) for e in span.events]
+        status = Status(span.status.status_code, r.text(span.status.description or "") or None)
+        return ReadableSpan(
+            name=r.text(span.name), context=span.context, parent=span.parent, resource=span.resource,
+            attributes=self._attributes(span.attributes), events=events, links=span.links, kind=span.kind,
+            status=status, start_time=span.start_time, end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope)
+
+    def _attributes(self, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: self._value(v) for k, v in (attributes or {}).items()}
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._redactor.text(value)
+        if isinstance(value, list | tuple):
+            return tuple(self._redactor.text(v) if isinstance(v, str) else v for v in value)
+        return value
 
 
 class Metrics:

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 from pydantic import SecretStr
 
+from ira.core.redact import MASK
 from ira.runtime.logs import configure_logging, current_log_context, log_context
 from ira.runtime.settings import load_settings
 from ira.runtime.telemetry import Metrics, setup_tracing, shutdown_tracing
@@ -77,8 +80,8 @@ def test_secrets_are_masked_in_messages_extras_and_tracebacks(log_stream: io.Str
     for secret in ("dev-admin-token", "dev-am-token", "dev-generic-secret", "never-shown"):
         assert secret not in text
     first, _, failure = lines(log_stream)
-    assert (first["message"], first["header"]) == ("auth with ***", "Bearer ***")
-    assert "ValueError: bad signature for ***" in str(failure["exception"])
+    assert (first["message"], first["header"]) == (f"auth with {MASK}", f"Bearer {MASK}")
+    assert f"ValueError: bad signature for {MASK}" in str(failure["exception"])
 
 
 class Terminal(io.StringIO):
@@ -103,9 +106,9 @@ def test_a_terminal_gets_quiet_text_lines_and_anything_else_json(
         root.setLevel(level)
     shown = stream.getvalue().splitlines()
     if text:  # warnings and worse only, one readable line each, secrets masked
-        assert len(shown) == 1 and shown[0].endswith("WARNING ira.test: disk at 91% with ***")
+        assert len(shown) == 1 and shown[0].endswith(f"WARNING ira.test: disk at 91% with {MASK}")
     else:
-        assert [json.loads(line)["message"] for line in shown] == ["started", "disk at 91% with ***"]
+        assert [json.loads(line)["message"] for line in shown] == ["started", f"disk at 91% with {MASK}"]
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:
@@ -161,3 +164,30 @@ def test_without_an_endpoint_nothing_is_exported() -> None:
         assert not provider._active_span_processor._span_processors  # no exporter attached
     finally:
         shutdown_tracing(provider)
+
+
+def test_secret_shaped_text_is_masked_in_logs_too(log_stream: io.StringIO) -> None:
+    logging.getLogger("ira.test").warning("env STRIPE_API_KEY=sk_live_4eC39HqLyjWDarjtT1zdp7dc leaked")
+
+    [line] = lines(log_stream)
+    assert line["message"] == f"env STRIPE_API_KEY={MASK} leaked"
+
+
+def test_span_attributes_events_and_status_are_redacted_on_export() -> None:
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing(load_settings({}), install=False, exporter=exporter)
+    try:
+        with provider.get_tracer("test").start_as_current_span("chat") as span:
+            span.set_attribute("ira.query", "token=dev-admin-token")
+            span.set_attribute("ira.lines", ["Authorization: Bearer abcdefgh12345678", "ok"])
+            span.set_attribute("gen_ai.usage.input_tokens", 900)
+            span.record_exception(ValueError("bad signature for dev-generic-secret"))
+            span.set_status(Status(StatusCode.ERROR, "ghp_0123456789abcdefghij0123"))
+    finally:
+        shutdown_tracing(provider)
+    [exported] = exporter.get_finished_spans()
+    shown = str(exported.to_json())
+    for secret in ("dev-admin-token", "abcdefgh12345678", "dev-generic-secret", "ghp_0123456789"):
+        assert secret not in shown
+    assert exported.attributes["gen_ai.usage.input_tokens"] == 900
+    assert exported.attributes["ira.lines"] == (f"Authorization: Bearer {MASK}", "ok")

@@ -6,7 +6,8 @@ rebuilt from the committed turns on every decision, so a resumed branch continue
 was decided, never re-sampling it. Replies are parsed and validated here: a malformed call
 becomes an ``Invalid`` decision (an error observation for the model to correct), an unknown
 tool a proposal the binding check denies. Each call is traced as an OpenTelemetry GenAI span
-and priced from the configured table.
+and priced from the configured table. Every request passes the redactor as it is built (the
+alert's annotations are outside text too), so no secret reaches a provider.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ira.core.investigation import BranchBinding, Evidence, Hypothesis
 from ira.core.llm import ChatMessage, ChatReply, ChatRequest, ToolCall, ToolSpec
 from ira.core.model import Model
 from ira.core.ports import LlmClient
+from ira.core.redact import Redactor
 from ira.runtime.settings.agents import LlmProviderSettings, ModelPrice
 
 FINISH = "finish"
@@ -72,6 +74,7 @@ class LlmPolicy:
     price: ModelPrice | None = None
     observation_chars: int = 6000
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("ira.agents"))
+    redactor: Redactor = field(default_factory=Redactor)
 
     @property
     def name(self) -> str:
@@ -103,8 +106,9 @@ class LlmPolicy:
                  for t in bound_tools(task.kind, b).values()]
         tools.append(ToolSpec(name=FINISH, description="End the investigation with hypotheses citing turns.",
                               parameters=strict_schema(FinishArgs)))
-        return ChatRequest(model=self.provider.model, system=system, messages=tuple(messages), tools=tuple(tools),
-                           max_output_tokens=self.provider.max_output_tokens)
+        return redacted(ChatRequest(model=self.provider.model, system=system, messages=tuple(messages),
+                                    tools=tuple(tools), max_output_tokens=self.provider.max_output_tokens),
+                        self.redactor)
 
     def _replay(self, turn: Turn) -> list[ChatMessage]:
         d = turn.decision
@@ -149,6 +153,12 @@ class LlmPolicy:
                 hypotheses.append(Hypothesis(statement=draft.statement[:500], confidence=draft.confidence,
                                              evidence_ids=cited, unverified=draft.unverified))
         return Conclusion(evidence=tuple(items.values()), hypotheses=tuple(hypotheses))
+
+
+def redacted(request: ChatRequest, redactor: Redactor) -> ChatRequest:
+    """What may leave for a provider: the system prompt and every message through the redactor."""
+    messages = tuple(ChatMessage.model_validate(redactor.value(m.model_dump(mode="json"))) for m in request.messages)
+    return request.model_copy(update={"system": redactor.text(request.system), "messages": messages})
 
 
 def _scope(b: BranchBinding) -> str:

@@ -5,6 +5,8 @@ Every post carries message metadata ``{"event_type": "ira_notification", "event_
 metadata to find it again, which is how a retry after a lost answer avoids a second post.
 slack-sdk's own retry handlers are switched off: a blind retry of ``chat.postMessage`` is
 exactly the double post this module exists to prevent; the notifier decides when to retry.
+Every text and block posted passes the redactor: a Slack message is where a secret would
+leave for good.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ira.connectors.slack.errors import SlackRejectedError, map_slack_errors
 from ira.core.chat import ChatRef
+from ira.core.redact import Redactor
 
 METADATA_EVENT = "ira_notification"
 _HISTORY_PAGES = 5
@@ -32,21 +35,27 @@ def build_web_client(token: str, *, api_url: str, timeout_seconds: int = 10) -> 
 class SlackChatPoster:
     """Posts, updates and finds messages; errors come out as ira's (``errors.py``)."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, *, redactor: Redactor | None = None) -> None:
         self._client = client
+        self._redactor = redactor or Redactor()
         self._channel_ids: dict[str, str] = {}
 
     async def post(self, channel: str, *, text: str, blocks: Sequence[Mapping[str, Any]], key: str,
                    thread_ts: str | None = None) -> ChatRef:
         async with map_slack_errors():
             answer = await self._client.chat_postMessage(
-                channel=channel, text=text, blocks=[dict(b) for b in blocks], thread_ts=thread_ts, unfurl_links=False,
+                channel=channel, text=self._redactor.text(text), blocks=self._blocks(blocks), thread_ts=thread_ts,
+                unfurl_links=False,
                 metadata={"event_type": METADATA_EVENT, "event_payload": {"key": key}})
         return ChatRef(channel=str(answer["channel"]), ts=str(answer["ts"]), thread_ts=thread_ts)
 
     async def update(self, ref: ChatRef, *, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
         async with map_slack_errors():
-            await self._client.chat_update(channel=ref.channel, ts=ref.ts, text=text, blocks=[dict(b) for b in blocks])
+            await self._client.chat_update(channel=ref.channel, ts=ref.ts, text=self._redactor.text(text),
+                                           blocks=self._blocks(blocks))
+
+    def _blocks(self, blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [self._redactor.value(dict(b)) for b in blocks]
 
     async def find_posted(self, channel: str, *, key: str, since: datetime,
                           thread_ts: str | None = None) -> ChatRef | None:
@@ -64,7 +73,7 @@ class SlackChatPoster:
 
     async def tell(self, channel: str, user: str, *, text: str) -> None:
         async with map_slack_errors():
-            await self._client.chat_postEphemeral(channel=channel, user=user, text=text)
+            await self._client.chat_postEphemeral(channel=channel, user=user, text=self._redactor.text(text))
 
     async def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> None:
         """``views.open``: a modal in front of the person who clicked (``trigger_id`` lives 3 s)."""

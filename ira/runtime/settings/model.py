@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from ira.core.alert import SourceKind
 from ira.core.budget import BudgetDimension
+from ira.core.redact import Redactor
 from ira.runtime.settings.agents import AgentsSettings
 from ira.runtime.settings.ingest import IngestSettings
 from ira.runtime.settings.section import NAME, Duration, Section
@@ -347,6 +348,10 @@ class Settings(Section):
         found |= {make_url(self.database_url).password or ""}
         found |= {s for t in self.ticket_tenants().values() for s in t.auth_header_secrets()}
         return frozenset(s for s in found if s)
+
+    def redactor(self) -> Redactor:
+        """The one redactor, knowing every configured secret (and masking secret-shaped text)."""
+        return Redactor(self.secret_values())
 
 
 def _secrets(value: Any) -> Iterator[SecretStr]:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.commit import EventDraft, NewRun, RunCommit
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
+from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime.store.outbox import enqueue
@@ -127,6 +128,10 @@ async def append_events(
     return int(last_seq)
 
 
+SHAPES = Redactor()
+"""Run events are masked by shape on every write; configured values are masked where text enters a run."""
+
+
 async def _append_events(
     conn: AsyncConnection, tenant_id: str, run_id: str, drafts: Sequence[EventDraft], *, first_seq: int, at: datetime
 ) -> None:
@@ -134,7 +139,7 @@ async def _append_events(
         return
     await conn.execute(insert(events), [
         {"tenant_id": tenant_id, "run_id": run_id, "run_seq": first_seq + i, "event_id": new_event_id(),
-         "type": d.type, "at": at, "data": d.data}
+         "type": d.type, "at": at, "data": SHAPES.value(d.data)}
         for i, d in enumerate(drafts)
     ])
 

@@ -1,0 +1,74 @@
+"""The one redactor: configured values and secret-shaped text masked, ordinary text left alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ira.core.redact import MASK, Redactor
+
+CANARY = "c4n4ry7Qz9Xw"
+
+
+@pytest.mark.parametrize("text", [
+    f"STRIPE_API_KEY=sk_live_{CANARY}",
+    f"export STRIPE_API_KEY={CANARY}",
+    f"GITHUB_TOKEN={CANARY} next",
+    f"WEBHOOK_SECRET: {CANARY}",
+    f"DB_PASSWORD={CANARY}",
+    f"PASSWORD={CANARY}",
+    f"password: {CANARY}",
+    f'{{"api_key": "{CANARY}", "user": "x"}}',
+    f"{{'client_secret': '{CANARY} with spaces'}}",
+    f'"{{\\"api_key\\": \\"{CANARY}\\"}}"',
+    f"Authorization: Bearer {CANARY}",
+    f"authorization=Basic {CANARY}",
+    f"Authorization: {CANARY}",
+    f"curl -H 'Bearer {CANARY}'",
+    f"key sk_test_{CANARY}",
+    f"ghp_{CANARY}{CANARY}",
+    f"github_pat_{CANARY}_{CANARY}",
+    f"xoxb-1234-{CANARY}",
+    f"xoxp-1234-{CANARY}",
+    f"xapp-1-{CANARY}",
+    f"AKIA{CANARY.upper()[:12]}ABCD",
+    f"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ{CANARY}.{CANARY}sig",
+    f"-----BEGIN RSA PRIVATE KEY-----\nMIIE{CANARY}\n-----END RSA PRIVATE KEY-----",
+    f"-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl{CANARY} (cut off)",
+    f"postgresql://ira:{CANARY}@db:5432/ira",
+])
+def test_secret_shaped_text_is_masked(text: str) -> None:
+    masked = Redactor().text(text)
+    assert CANARY not in masked.upper() and CANARY.upper()[:12] not in masked
+    assert MASK in masked
+
+
+@pytest.mark.parametrize("text", [
+    "p99 latency 2.3s on order-service after deploy v2.4.1",
+    "idempotency_key=run_1:create_ticket group_key=order-service",
+    "input_tokens: 900 max_tokens=1000",
+    "sha256:0123456789abcdef0123456789abcdef",
+    "HikariPool-1 - Connection is not available, request timed out after 30000ms",
+])
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert Redactor().text(text) == text
+
+
+def test_configured_values_are_masked_longest_first_and_short_ones_ignored() -> None:
+    redactor = Redactor(["dev-admin-token", "dev-admin-token-2", "abc"])
+    assert redactor.text("a dev-admin-token-2 b dev-admin-token c abc") == f"a {MASK} b {MASK} c abc"
+
+
+def test_values_keep_their_structure_and_mask_secret_named_keys() -> None:
+    data = {"summary": f"STRIPE_API_KEY=sk_live_{CANARY}", "api_key": CANARY, "tokens": 5,
+            "idempotency_key": "k-1", "rows": [f"Bearer {CANARY}", 3]}
+    masked = Redactor().value(data)
+    assert CANARY not in json.dumps(masked)
+    assert masked["tokens"] == 5 and masked["idempotency_key"] == "k-1" and masked["rows"][1] == 3
+    assert masked["api_key"] == MASK and masked["summary"] == f"STRIPE_API_KEY={MASK}"
+
+
+def test_masking_twice_changes_nothing() -> None:
+    once = Redactor(["dev-am-token"]).text(f"Authorization: Bearer dev-am-token PASSWORD={CANARY}")
+    assert Redactor(["dev-am-token"]).text(once) == once
