@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ira.connectors.slack.client import SlackChatPoster, build_web_client
+from ira.connectors.slack.errors import SlackRejectedError
 from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
@@ -39,7 +40,7 @@ def build_slack_channel(platform: Platform) -> SlackChannel | None:
     poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url),
                              redactor=platform.settings.redactor())
     return SlackChannel(poster, platform.db, channel=slack.channel, clock=platform.clock,
-                        chat_users={a.principal: a.slack_user for a in slack.approvers})
+                        chat_users={a.principal: a.slack_user for a in slack.approvers}, channels=slack.channels)
 
 
 class NotifierRole:
@@ -51,14 +52,19 @@ class NotifierRole:
         return ()
 
     def doctor_checks(self, settings: Settings) -> Mapping[str, ReadinessCheck]:
-        """``slack``: ``auth.test`` with the bot token and the bot's membership of the channel."""
+        """``slack``: ``auth.test`` with the bot token and the bot's membership of every configured
+        channel (the default and each tenant's); a failure names the channel."""
         slack = settings.slack
         if not slack.enabled or slack.bot_token is None:
             return {}
         poster = SlackChatPoster(build_web_client(slack.bot_token.get_secret_value(), api_url=slack.api_url))
 
         async def check() -> None:
-            await poster.check(slack.channel)
+            for channel in slack.all_channels():
+                try:
+                    await poster.check(channel)
+                except SlackRejectedError as exc:
+                    raise SlackRejectedError(f"{exc.error} ({channel})") from exc
 
         return {"slack": check}
 

@@ -38,13 +38,16 @@ FIND_WINDOW = timedelta(minutes=5)
 
 
 class SlackChannel:
-    """Sends notifications to one Slack channel through a ChatPoster."""
+    """Sends notifications to Slack through a ChatPoster: each tenant's to its own channel
+    (``slack.channels``), the others' to the default one (``slack.channel``)."""
 
     name = SLACK
 
     def __init__(self, poster: ChatPoster, db: Database, *, channel: str, clock: Clock,
-                 chat_users: Mapping[str, str] | None = None) -> None:
+                 chat_users: Mapping[str, str] | None = None, channels: Mapping[str, str] | None = None) -> None:
+        """``channel`` is the default; ``channels`` maps a tenant to its own channel."""
         self._poster, self._db, self._channel, self._clock = poster, db, channel, clock
+        self._channels = dict(channels or {})
         self._chat_users = dict(chat_users or {})
         """principal -> Slack user id, to mention who decided."""
 
@@ -103,7 +106,7 @@ class SlackChannel:
 
     async def _post_once(self, n: Notification, message: render.SlackMessage, *, thread: ChatRef | None,
                          retry: bool) -> ChatRef:
-        channel = thread.channel if thread else self._channel
+        channel = thread.channel if thread else self._channels.get(n.tenant_id, self._channel)
         thread_ts = thread.ts if thread else None
         if retry:
             found = await self._poster.find_posted(channel, key=n.notification_id, since=n.created_at - FIND_WINDOW,

@@ -105,8 +105,10 @@ class SlackRig:
 
 @asynccontextmanager
 async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4,
-                    behaviour: dict[str, str] | None = None) -> AsyncIterator[SlackRig]:
-    """A run waiting for approval; with ``behaviour`` (scripted branches), wherever that leads."""
+                    behaviour: dict[str, str] | None = None,
+                    channels: dict[str, str] | None = None) -> AsyncIterator[SlackRig]:
+    """A run waiting for approval; with ``behaviour`` (scripted branches), wherever that leads.
+    ``channels``: tenants' own channels (the fake gets them, the bot a member of each)."""
     if behaviour is None:
         pump, deps, clock, _, run_id, approval = await waiting_for_approval(
             db, notification_channel="slack", dashboard_url=DASHBOARD)
@@ -114,9 +116,13 @@ async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4
         pump, deps, clock, run_id = await _started(db, behaviour)
         approval = None
     async with fake_slack(latency=latency) as slack:
+        for own in (channels or {}).values():
+            slack.messages.setdefault(own, [])
+            slack.members.add(own)
         settings = slack_settings(slack.url)
         poster = SlackChatPoster(build_web_client(BOT_TOKEN, api_url=slack.url))
-        channel = SlackChannel(poster, db, channel=CHANNEL_ID, clock=clock, chat_users={"lead": LEAD})
+        channel = SlackChannel(poster, db, channel=CHANNEL_ID, clock=clock, chat_users={"lead": LEAD},
+                               channels=channels)
         notifier = Notifier(db, NoChannel(clock), clock, others=[channel], max_attempts=max_attempts,
                             backoff=timedelta(milliseconds=10))
         metrics = Metrics()

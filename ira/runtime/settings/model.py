@@ -105,7 +105,10 @@ class SlackSettings(Section):
     signing_secret: SecretStr | None = None
     api_url: str = "https://slack.com/api/"
     channel: str = "#incidents"
-    """A channel id (``C0123ABCD``), or ``#name`` (looked up once with ``conversations.list``)."""
+    """A channel id (``C0123ABCD``), or ``#name`` (looked up once with ``conversations.list``).
+    The default: every tenant without an entry in ``channels`` posts here."""
+    channels: dict[str, str] = Field(default_factory=dict)
+    """Tenant -> its own channel (id or ``#name``), so one tenant's drafts never show in another's."""
     approvers: tuple[SlackApprover, ...] = ()
     dashboard_url: str = "http://127.0.0.1:8080"
     """Where people open ira's dashboard: messages link a run as ``<dashboard_url>/runs/<run_id>``."""
@@ -114,6 +117,24 @@ class SlackSettings(Section):
     def enabled(self) -> bool:
         """Slack is used only when both the bot token and the signing secret are configured."""
         return self.bot_token is not None and self.signing_secret is not None
+
+    @field_validator("channels")
+    @classmethod
+    def _tenant_channels(cls, channels: dict[str, str]) -> dict[str, str]:
+        for tenant, channel in channels.items():
+            if not re.match(NAME, tenant):
+                raise ValueError(f"tenant name {tenant!r} must match {NAME}")
+            if not channel.strip():
+                raise ValueError(f"tenant {tenant}: the channel is empty")
+        return channels
+
+    def channel_for(self, tenant_id: str) -> str:
+        """Where ``tenant_id``'s notifications go: its own channel, else the default."""
+        return self.channels.get(tenant_id, self.channel)
+
+    def all_channels(self) -> tuple[str, ...]:
+        """Every configured channel once, the default first (what ``ira doctor`` checks)."""
+        return tuple(dict.fromkeys((self.channel, *self.channels.values())))
 
 
 class TelemetrySettings(Section):
