@@ -22,42 +22,44 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.facts import store_json
 from ira.coordinator.reconcile import close_manual_repair
 from ira.core.model import Model
-from ira.runtime.auth import Principal, principal_for
+from ira.runtime.auth import Principal, authenticated_router, principal_for
+from ira.runtime.bounds import MAX_ID_LENGTH, MAX_REASON_LENGTH, IdPath
 from ira.runtime.http import error_response
 from ira.runtime.settings import Settings
 
 
 class DecisionBody(Model):
     decision: Choice
-    reason: str | None = None
+    reason: str | None = Field(default=None, max_length=MAX_REASON_LENGTH)
 
 
 class CancelBody(Model):
-    reason: str | None = None
+    reason: str | None = Field(default=None, max_length=MAX_REASON_LENGTH)
 
 
 class NoteBody(Model):
-    note: str | None = Field(default=None, max_length=4000)
+    note: str | None = Field(default=None, max_length=MAX_REASON_LENGTH)
 
 
 class CloseRepairBody(Model):
-    note: str = Field(min_length=3, max_length=4000)
+    note: str = Field(min_length=3, max_length=MAX_REASON_LENGTH)
     """What the person found (kept as the evidence artifact the close requires)."""
-    external_ref: str | None = Field(default=None, max_length=200)
+    external_ref: str | None = Field(default=None, max_length=MAX_ID_LENGTH)
     """The ticket's key if it does exist (the Operation becomes confirmed), else None (not created)."""
 
 
 def build_router(settings: Settings, deps: Deps) -> APIRouter:
     """``POST /v1/runs/{id}/cancel``, ``/v1/approvals/{id}/decision``, ``/v1/work-items/{id}/close``."""
-    router = APIRouter(prefix="/v1", tags=["commands"])
-    who = Depends(principal_for(settings))
+    authenticate = principal_for(settings)
+    router = authenticated_router(authenticate, prefix="/v1", tags=["commands"])
+    who = Depends(authenticate)
     _actions(router, deps, who)
     return router
 
 
 def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
     @router.post("/runs/{run_id}/cancel", status_code=202)
-    async def cancel(run_id: str, body: CancelBody | None = None, caller: Principal = who) -> dict[str, Any]:
+    async def cancel(run_id: IdPath, body: CancelBody | None = None, caller: Principal = who) -> dict[str, Any]:
         """Stop the run for good; in-flight external actions stay under reconciliation."""
         caller.require("approver")
         async with deps.db.transaction() as conn:
@@ -67,7 +69,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
         return {"run_id": run.run_id, "state": run.state.value, "outcome": run.outcome}
 
     @router.post("/work-items/{work_item_id}/close")
-    async def close_repair(work_item_id: str, body: CloseRepairBody, caller: Principal = who) -> dict[str, Any]:
+    async def close_repair(work_item_id: IdPath, body: CloseRepairBody, caller: Principal = who) -> dict[str, Any]:
         """Settle a manual repair with a note; the run resumes from the fact it states."""
         caller.require("approver")
         note = json.dumps({"note": body.note, "external_ref": body.external_ref, "by": caller.name,
@@ -80,7 +82,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
                 "evidence_ref": evidence.ref}
 
     @router.post("/work-items/{work_item_id}/draft-anyway")
-    async def draft_anyway(work_item_id: str, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
+    async def draft_anyway(work_item_id: IdPath, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
         """After a required branch failed: draft the ticket anyway, the missing evidence stated."""
         caller.require("approver")
         async with deps.db.transaction() as conn:
@@ -99,7 +101,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
         return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
 
     @router.post("/approvals/{approval_id}/decision", response_model=None)
-    async def decide(approval_id: str, body: DecisionBody, caller: Principal = who) -> dict[str, Any] | JSONResponse:
+    async def decide(approval_id: IdPath, body: DecisionBody, caller: Principal = who) -> dict[str, Any] | JSONResponse:
         """Approve or reject; 409 with the reason when the decision cannot apply."""
         return await _decide(deps, caller, approval_id, body=body)
 

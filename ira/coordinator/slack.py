@@ -56,6 +56,7 @@ from ira.coordinator.deps import Deps
 from ira.core.errors import ConcurrentUpdateError, InvalidMessageError, NotFoundError
 from ira.core.model import Model
 from ira.core.ports import ChatPoster
+from ira.runtime.body import body_limit
 from ira.runtime.http import error_response
 from ira.runtime.settings import Settings
 from ira.runtime.telemetry import Metrics
@@ -209,7 +210,7 @@ _STALE = frozenset({RefusalCode.DRAFT_CHANGED, RefusalCode.RESOURCE_CHANGED})
 def build_slack_router(interactions: SlackInteractions) -> APIRouter:
     router = APIRouter(tags=["slack"])
 
-    @router.post("/slack/interactions", include_in_schema=False)
+    @router.post("/slack/interactions", include_in_schema=False, openapi_extra=body_limit(MAX_BODY))
     async def slack_interactions(request: Request) -> Response:
         """Slack's signed form post; verified on the raw body before anything is parsed."""
         return await interactions.handle(await request.body(), request.headers)

@@ -15,15 +15,17 @@ from fastapi.responses import Response, StreamingResponse
 from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.stream import event_stream
 from ira.readmodel import detail, events, incidents, reports, runs, tickets
-from ira.runtime.auth import Principal, principal_for
+from ira.runtime.auth import Principal, authenticated_router, principal_for
+from ira.runtime.bounds import MAX_SEQ, IdPath, IdQuery, SeqCursor, parse_seq
 from ira.runtime.settings import Settings
 from ira.runtime.store import artifacts
 from ira.runtime.store.database import Database
 
 
 def build_read_api(settings: Settings, db: Database) -> APIRouter:
-    router = APIRouter(prefix="/v1")
-    who = Depends(principal_for(settings))
+    authenticate = principal_for(settings)
+    router = authenticated_router(authenticate, prefix="/v1")
+    who = Depends(authenticate)
     _run_reads(router, db, who)
     _decision_reads(router, db, who)
     _incident_reads(router, settings, db, who)
@@ -33,7 +35,7 @@ def build_read_api(settings: Settings, db: Database) -> APIRouter:
 def _run_reads(router: APIRouter, db: Database, who: Any) -> None:
     @router.get("/runs", tags=["runs"])
     async def list_runs(caller: Principal = who, state: RunState | None = None,
-                        wait_kind: WaitKind | None = None, incident_id: str | None = None,
+                        wait_kind: WaitKind | None = None, incident_id: IdQuery = None,
                         limit: Annotated[int, Query(ge=1, le=500)] = 50) -> runs.RunList:
         """The tenant's runs, newest first, optionally by state, wait kind and incident."""
         async with db.reader() as conn:
@@ -41,26 +43,25 @@ def _run_reads(router: APIRouter, db: Database, who: Any) -> None:
                                         incident_id=incident_id, limit=limit)
 
     @router.get("/runs/{run_id}", tags=["runs"])
-    async def get_run(run_id: str, caller: Principal = who) -> detail.RunDetail:
+    async def get_run(run_id: IdPath, caller: Principal = who) -> detail.RunDetail:
         """The run with its steps, approvals, operations, budget, deliveries, work items and drafts."""
         async with db.reader() as conn:
             return await detail.run_detail(conn, caller.tenant_id, run_id)
 
     @router.get("/runs/{run_id}/events", tags=["runs"])
-    async def list_events(run_id: str, caller: Principal = who,
-                          after: Annotated[int, Query(ge=0)] = 0,
+    async def list_events(run_id: IdPath, caller: Principal = who, after: SeqCursor = 0,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> events.EventList:
         """The run's log after ``run_seq`` ``after``: numbered 1..N without gaps."""
         async with db.reader() as conn:
             return await events.list_events(conn, caller.tenant_id, run_id, after=after, limit=limit)
 
     @router.get("/runs/{run_id}/events/stream", tags=["runs"], response_class=StreamingResponse)
-    async def stream(run_id: str, request: Request, caller: Principal = who, after: int = 0,
-                     last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+    async def stream(run_id: IdPath, request: Request, caller: Principal = who, after: SeqCursor = 0,
+                     last_event_id: Annotated[str | None, Header(max_length=64)] = None) -> StreamingResponse:
         """SSE; ``id:`` = run_seq; resumes after ``Last-Event-ID`` (or ``?after=``)."""
         async with db.reader() as conn:
             await runs.get_summary(conn, caller.tenant_id, run_id)  # 404 for another tenant's run
-        start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+        start = parse_seq(last_event_id, name="Last-Event-ID") if last_event_id else after
         frames = event_stream(db, caller.tenant_id, run_id, after=start, disconnected=request.is_disconnected)
         return StreamingResponse(frames, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -68,20 +69,20 @@ def _run_reads(router: APIRouter, db: Database, who: Any) -> None:
 
 def _decision_reads(router: APIRouter, db: Database, who: Any) -> None:
     @router.get("/runs/{run_id}/report", tags=["runs"])
-    async def get_report(run_id: str, caller: Principal = who) -> reports.ReportView:
+    async def get_report(run_id: IdPath, caller: Principal = who) -> reports.ReportView:
         """Facts with their evidence, hypotheses, how each branch was judged; 404 before synthesis."""
         async with db.reader() as conn:
             return await reports.report_view(conn, caller.tenant_id, run_id)
 
     @router.get("/runs/{run_id}/draft", tags=["runs"])
-    async def get_draft(run_id: str, caller: Principal = who,
-                        version: Annotated[int | None, Query(ge=1)] = None) -> reports.DraftView:
+    async def get_draft(run_id: IdPath, caller: Principal = who,
+                        version: Annotated[int | None, Query(ge=1, le=MAX_SEQ)] = None) -> reports.DraftView:
         """The ticket draft exactly as it will be filed (current version unless ``version``)."""
         async with db.reader() as conn:
             return await reports.draft_view(conn, caller.tenant_id, run_id, version=version)
 
     @router.get("/artifacts/{ref}", tags=["runs"], response_class=Response)
-    async def get_artifact(ref: str, caller: Principal = who) -> Response:
+    async def get_artifact(ref: IdPath, caller: Principal = who) -> Response:
         """An artifact's bytes with its media type; only the caller's tenant's."""
         async with db.reader() as conn:
             meta, body = await artifacts.get_artifact(conn, caller.tenant_id, ref)
@@ -101,7 +102,7 @@ def _incident_reads(router: APIRouter, settings: Settings, db: Database, who: An
             return {"incidents": await incidents.list_incidents(conn, caller.tenant_id, status=status, limit=limit)}
 
     @router.get("/incidents/{incident_id}", tags=["incidents"])
-    async def get_incident(incident_id: str, caller: Principal = who) -> incidents.IncidentDetail:
+    async def get_incident(incident_id: IdPath, caller: Principal = who) -> incidents.IncidentDetail:
         """One incident with its alerts, evaluations (decision, reason, basis), runs and tickets."""
         async with db.reader() as conn:
             return await incidents.incident_detail(conn, caller.tenant_id, incident_id)

@@ -15,12 +15,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.errors import AuthenticationError, NotFoundError, PermissionDeniedError
+from ira.core.errors import AuthenticationError, InvalidMessageError, NotFoundError, PermissionDeniedError
 from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.templating import render_page
 from ira.readmodel import detail, events, incidents, reports, runs, tickets, work
 from ira.readmodel.channels import channel_problems
 from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_token, csrf_token, request_token
+from ira.runtime.body import body_limit
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import platform_checks, run_checks
 from ira.runtime.settings import Settings
@@ -38,6 +39,25 @@ def viewer_for(settings: Settings):  # type: ignore[no-untyped-def]
     return viewer
 
 
+LOGIN_BODY_LIMIT = 4096
+"""A login form is one token; anything longer is not a login."""
+
+
+class InvalidFormError(InvalidMessageError):
+    """A form body that is not UTF-8 ``application/x-www-form-urlencoded`` (422)."""
+
+    code = "invalid_form"
+
+
+def form_field(body: bytes, name: str) -> str:
+    """One field of an urlencoded form, strictly UTF-8 (raw and percent-decoded); "" when absent."""
+    try:
+        fields = parse_qs(body.decode("utf-8"), max_num_fields=8, errors="strict")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidFormError("the form must be UTF-8 application/x-www-form-urlencoded") from exc
+    return fields.get(name, [""])[0].strip()
+
+
 def may_decide(viewer: Principal) -> bool:
     try:
         viewer.require("approver")
@@ -53,9 +73,9 @@ def build_login(settings: Settings) -> APIRouter:
     async def login_form(error: str | None = None) -> HTMLResponse:
         return render_page("login.html", error=error)
 
-    @router.post("/login")
+    @router.post("/login", openapi_extra=body_limit(LOGIN_BODY_LIMIT))
     async def login(request: Request) -> Response:
-        token = parse_qs((await request.body()).decode()).get("token", [""])[0].strip()
+        token = form_field(await request.body(), "token")
         try:
             authenticate_token(settings, token)
         except AuthenticationError:

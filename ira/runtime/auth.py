@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request, Response
+from fastapi.routing import APIRoute
 
 from ira.core.errors import AuthenticationError, PermissionDeniedError
 from ira.core.model import Model
@@ -46,6 +48,12 @@ def csrf_token(api_token: str) -> str:
     return hmac.new(api_token.encode(), b"ira-csrf", hashlib.sha256).hexdigest()
 
 
+def is_csrf_valid(sent: str, session: str) -> bool:
+    """Constant-time, on bytes: ``hmac.compare_digest`` refuses non-ASCII *strings* (a 500)."""
+    expected = csrf_token(session).encode()
+    return hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), expected)
+
+
 def request_token(request: Request) -> str:
     """The API token of a request: the bearer header, else the dashboard's session cookie."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -54,10 +62,8 @@ def request_token(request: Request) -> str:
     cookie = request.cookies.get(SESSION_COOKIE)
     if not cookie:
         raise AuthenticationError("missing bearer token: send `Authorization: Bearer <api token>`")
-    if request.method not in _SAFE_METHODS:
-        sent = request.headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(sent, csrf_token(cookie)):
-            raise PermissionDeniedError("a cookie-authenticated change needs the X-Ira-CSRF header")
+    if request.method not in _SAFE_METHODS and not is_csrf_valid(request.headers.get(CSRF_HEADER, ""), cookie):
+        raise PermissionDeniedError("a cookie-authenticated change needs the X-Ira-CSRF header")
     return cookie
 
 
@@ -69,10 +75,42 @@ def authenticate_token(settings: Settings, token: str) -> Principal:
                      roles=frozenset(r.value for r in grant.roles))
 
 
-def principal_for(settings: Settings) -> Callable[[Request], Principal]:
-    """A FastAPI dependency that authenticates the request against ``settings.api_tokens``."""
+Authenticate = Callable[[Request], Awaitable[Principal]]
 
-    def authenticate(request: Request) -> Principal:
-        return authenticate_token(settings, request_token(request))
+
+def principal_for(settings: Settings) -> Authenticate:
+    """A FastAPI dependency that authenticates the request against ``settings.api_tokens``.
+
+    The principal is kept on the request, so the :func:`authenticated_router` check that ran
+    before the body was read and the route's own dependency authenticate once.
+    """
+
+    async def authenticate(request: Request) -> Principal:
+        found = getattr(request.state, "principal", None)
+        if not isinstance(found, Principal):
+            found = authenticate_token(settings, request_token(request))
+            request.state.principal = found
+        return found
 
     return authenticate
+
+
+def authenticated_router(authenticate: Authenticate, **options: Any) -> APIRouter:
+    """An APIRouter whose routes authenticate the caller *before* FastAPI reads the body.
+
+    FastAPI reads and parses a route's body before it solves the route's dependencies, so a
+    bearer dependency alone lets anyone make the process read a body (up to the route's
+    limit) and parse it before the 401. Here the route handler itself starts with the check.
+    """
+
+    class AuthenticatedRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def authenticated(request: Request) -> Response:
+                await authenticate(request)
+                return await handler(request)
+
+            return authenticated
+
+    return APIRouter(route_class=AuthenticatedRoute, **options)

@@ -21,7 +21,6 @@ shape, the ``internal`` 500 and one SERVER span per request.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -59,10 +58,14 @@ from ira.core.errors import (
     TransientError,
 )
 from ira.runtime.apidocs import install_docs
+from ira.runtime.body import DEFAULT_BODY_LIMIT, BodyLimit
+from ira.runtime.http_errors import error_entry, error_response, json_body
 from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
 from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Lane", "LanedApp", "Route", "create_app", "error_entry", "error_response", "json_body"]
 
 ERROR_STATUSES: Mapping[type[PlatformError], int] = {
     NotFoundError: 404,
@@ -82,21 +85,6 @@ ERROR_STATUSES: Mapping[type[PlatformError], int] = {
 
 UNTRACED_PATHS = "healthz,readyz,metrics"
 _TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})
-
-
-def error_entry(code: str, message: str, field: str | None = None) -> dict[str, str | None]:
-    return {"code": code, "message": message, "field": field}
-
-
-def error_response(
-    status: int, code: str, message: str, *, field: str | None = None, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    """The one error shape, for routes that answer an error without raising (413, 429...)."""
-    return JSONResponse({"errors": [error_entry(code, message, field)]}, status_code=status, headers=headers)
-
-
-def json_body(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -147,10 +135,13 @@ def create_app(
     check_timeout: timedelta = DEFAULT_CHECK_TIMEOUT,
     error_statuses: Mapping[type[PlatformError], int] | None = None,
     title: str = "ira",
+    body_limit: int = DEFAULT_BODY_LIMIT,
 ) -> ASGIApp:
     """The app: ``/healthz``, ``/readyz``, ``/metrics``, the given routers and lanes, error handlers.
 
     ``error_statuses`` adds or overrides statuses for a package's own error classes.
+    ``body_limit`` bounds the body of every FastAPI route that states no limit of its own
+    (``ira.runtime.body``); lanes bound their own.
     With ``tracer_provider`` every request except health and metrics gets a server span.
     Without lanes the result is the FastAPI app itself; with lanes, a LanedApp in front of it.
     """
@@ -162,6 +153,7 @@ def create_app(
         if isinstance(router, APIRouter):
             app.include_router(router)
     _install_error_handlers(app, {**ERROR_STATUSES, **(error_statuses or {})})
+    app.add_middleware(BodyLimit, routes=app.routes, default=body_limit)
     app.add_middleware(_InternalErrorMiddleware)
     if tracer_provider is not None:
         # One server span per request; the ASGI receive/send sub-spans cost ~300 µs and say little.

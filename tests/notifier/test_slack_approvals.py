@@ -231,4 +231,4 @@ async def test_an_oversized_interaction_is_refused_unread(db: Database) -> None:
         answer = await rig.client.post("/slack/interactions", content=body,
                                        headers=signed_headers(SIGNING_SECRET, body,
                                                               timestamp=int(rig.clock.now().timestamp())))
-    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (413, "too_large")
+    assert (answer.status_code, answer.json()["errors"][0]["code"]) == (413, "payload_too_large")
