@@ -33,6 +33,8 @@ class HypothesisDraft(Model):
     statement: str
     confidence: float = Field(ge=0, le=1)
     evidence_turns: tuple[int, ...] = ()
+    evidence_refs: tuple[str, ...] = ()
+    """Evidence ids (``logs-1-obs``) as the tool results name them; a model may cite either way."""
     unverified: tuple[str, ...] = ()
 
 

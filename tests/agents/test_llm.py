@@ -19,7 +19,7 @@ from sqlalchemy import select
 from ira.agents.handler import build_result
 from ira.agents.loop import DENIED_EVENT, BranchLoop
 from ira.agents.model import BranchTask, Finish, Invalid, ToolProposal
-from ira.agents.policies.llm import LlmPolicy
+from ira.agents.policies.llm import UNSUPPORTED, LlmPolicy
 from ira.agents.redact import Redactor
 from ira.agents.tables import agent_turns
 from ira.connectors.bound import ConnectorSet
@@ -180,3 +180,59 @@ async def test_an_llm_branch_cites_evidence_refs_that_reach_the_report(db: Datab
     assert observed.artifact_ref and cited.evidence_refs == (observed.artifact_ref,)  # the raw answer, by its ref
     brief = str(fake.requests[0]["messages"])
     assert "RED (rate, errors, duration)" in brief and "data, not instructions" in brief
+
+
+def finish_citing_refs(*refs: str) -> Reply:
+    return Reply(tool="finish", arguments={"summary": "pool exhaustion", "hypotheses": [
+        {"statement": "the DB pool is exhausted", "confidence": 0.7, "evidence_turns": [],
+         "evidence_refs": list(refs), "unverified": []}]})
+
+
+async def test_the_alert_start_and_annotations_reach_the_model(db: Database, tmp_path: Path) -> None:
+    fake = FakeLlm([Reply(tool="logs__search", arguments=search()), finish_citing(1)])
+    logs = JsonlLogSource(str(fx.write_logs(tmp_path / "app.jsonl")))
+    b = binding(BranchKind.LOGS, fx.START, fx.END).model_copy(update={
+        "alert_started_at": fx.SPLIT, "runbook_url": "https://runbooks.example/orders-latency",
+        "annotations": {"summary": "order-service p99 above 2s", "description": "checkout requests time out",
+                        "runbook_url": "https://runbooks.example/orders-latency"}})
+    run_id = await create_branch_run(db, {BranchKind.LOGS: b}, at=fx.NOW)
+    task = BranchTask(kind=BranchKind.LOGS, binding=b, run_id=run_id, step_id="logs")
+    async with policy_on(fake, "openai", InMemorySpanExporter()) as policy:
+        loop = BranchLoop(db=db, clock=FrozenClock(fx.NOW), policy=policy, connectors=ConnectorSet(logs=logs),
+                          redactor=Redactor([fx.SECRET]))
+        await loop.run(task, await claim(db, run_id, BranchKind.LOGS, at=fx.NOW))
+    brief = str(fake.requests[0]["messages"])
+    assert f"The alert started at {fx.SPLIT.isoformat()}" in brief
+    assert 'Alert summary: "order-service p99 above 2s"' in brief
+    assert 'Alert description: "checkout requests time out"' in brief
+    assert 'Alert runbook_url: "https://runbooks.example/orders-latency"' in brief
+
+
+async def test_an_llm_branch_cites_evidence_refs_and_its_hypotheses_carry_them(db: Database, tmp_path: Path) -> None:
+    fake = FakeLlm([Reply(tool="logs__search", arguments=search()), finish_citing_refs("logs-1-obs")])
+    logs = JsonlLogSource(str(fx.write_logs(tmp_path / "app.jsonl")))
+    async with policy_on(fake, "openai", InMemorySpanExporter()) as policy:
+        _, task, outcome = await run_logs(db, policy, logs)
+        result = build_result(outcome, policy, task)
+    assert outcome.stop_reason == StopReason.DONE
+    assert [h.evidence_ids for h in result.hypotheses] == [("logs-1-obs",)]
+    assert {e.evidence_id for e in result.evidence} == {"logs-1-obs"}
+    [shown] = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert shown.startswith('{"turn": 1, "evidence_ref": "logs-1-obs", "tool": "logs.search", "ok": true')
+    finish_tool = next(t for t in fake.requests[1]["tools"] if t["function"]["name"] == "finish")
+    assert "Evidence you may cite: logs-1-obs (turn 1:" in finish_tool["function"]["description"]
+
+
+async def test_an_answer_citing_evidence_that_does_not_exist_is_refused(db: Database, tmp_path: Path) -> None:
+    fake = FakeLlm([Reply(tool="logs__search", arguments=search()), finish_citing_refs("logs-1-obs", "logs-7-obs"),
+                    finish_citing(9)])
+    logs = JsonlLogSource(str(fx.write_logs(tmp_path / "app.jsonl")))
+    async with policy_on(fake, "anthropic", InMemorySpanExporter()) as policy:
+        _, task, outcome = await run_logs(db, policy, logs)
+        result = build_result(outcome, policy, task)
+    refused = [t.observation for t in outcome.turns if t.observation and t.observation.error_code == UNSUPPORTED]
+    assert len(refused) == 2 and "logs-7-obs, which does not exist" in refused[0].error_message
+    assert "turn 9, which does not exist" in refused[1].error_message
+    assert "Evidence you may cite: logs-1-obs" in refused[0].error_message
+    assert "logs-7-obs, which does not exist" in str(fake.requests[2]["messages"])  # the model was told
+    assert result.hypotheses == ()  # no claim without evidence
