@@ -19,9 +19,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import model_validator
+
 from ira.connectors.bound import ConnectorSet
 from ira.connectors.runbooks import FileRunbookSource
-from ira.core.errors import ConnectorRejectedError
+from ira.core.errors import ConnectorRejectedError, PlatformError
 from ira.core.model import Model
 from ira.core.ports import ChangeSource, LogSource, MetricSource
 from ira.core.redact import Redactor
@@ -45,6 +47,10 @@ class NotRecordedError(ConnectorRejectedError):
 
 
 class BundleInfo(Model):
+    """``bundle.json``: what the recording is of, and the window its observations cover."""
+
+    format_version: int = 1
+    """Absent in bundles written before versioning: they are version 1."""
     bundle_id: str
     tenant_id: str
     environment: str
@@ -54,16 +60,55 @@ class BundleInfo(Model):
     window_end: datetime
     description: str = ""
     version: str | None = None
+    source_run_id: str | None = None
+    """The run this bundle was recorded from (``ira record``), when it was."""
+
+
+class RecordedError(Model):
+    """A tool call that failed: replayed as the same error, so the branch ends as it did."""
+
+    code: str
+    message: str
+    retryable: bool = False
+
+
+class RecordedToolError(PlatformError):
+    """The recorded failure of a call, raised again with its own code (``ConnectorUnavailable``...)."""
+
+    def __init__(self, error: RecordedError) -> None:
+        super().__init__(error.message)
+        self.code = error.code
+        self.retryable = error.retryable
 
 
 class Recording(Model):
+    """One line of ``observations.jsonl``: a tool call and what it answered (or how it failed)."""
+
     port: str
     """``metrics.query_range``, ``metrics.query``, ``logs.search``, ``changes.list``."""
     key: str
     start: datetime
     end: datetime
     request: dict[str, Any]
-    result: dict[str, Any]
+    result: dict[str, Any] | None = None
+    error: RecordedError | None = None
+    at: datetime | None = None
+    """When the call was made (format_version 2)."""
+    partial: bool = False
+    """The answer covered only part of what was asked (truncated, a shard missing)."""
+
+    @model_validator(mode="after")
+    def _result_or_error(self) -> Recording:
+        if (self.result is None) == (self.error is None):
+            raise ValueError("an observation has exactly one of result or error")
+        return self
+
+    def answer(self) -> dict[str, Any]:
+        """The recorded result, or the recorded error raised again."""
+        if self.error is not None:
+            raise RecordedToolError(self.error)
+        assert self.result is not None  # the validator guarantees one of them
+        return self.result
 
 
 def query_key(query: str) -> str:
@@ -98,7 +143,7 @@ class RecordedMetricSource:
 
     def _answer(self, port: str, query: str, *, start: datetime, end: datetime) -> MetricResult:
         rec = self._rec.find(port, query_key(query), start=start, end=end)
-        result, shift = MetricResult.model_validate(rec.result), self._rec.shift
+        result, shift = MetricResult.model_validate(rec.answer()), self._rec.shift
         series = tuple(MetricSeries(labels=s.labels, points=tuple((t + shift, v) for t, v in s.points))
                        for s in result.series)
         return result.model_copy(update={"query": query, "start": start, "end": end, "series": series})
@@ -112,7 +157,7 @@ class RecordedLogSource:
 
     async def search(self, query: LogQuery) -> LogResult:
         rec = self._rec.find("logs.search", log_key(query), start=query.start, end=query.end)
-        result = LogResult.model_validate(rec.result)
+        result = LogResult.model_validate(rec.answer())
         lines = tuple(line.model_copy(update={"at": line.at + self._rec.shift}) for line in result.lines)
         return result.model_copy(update={"query": query, "lines": lines})
 
@@ -125,7 +170,7 @@ class RecordedChangeSource:
 
     async def list_changes(self, query: ChangeQuery) -> ChangeResult:
         rec = self._rec.find("changes.list", query.service, start=query.start, end=query.end)
-        result = ChangeResult.model_validate(rec.result)
+        result = ChangeResult.model_validate(rec.answer())
         found = tuple(c.model_copy(update={"at": c.at + self._rec.shift}) for c in result.changes)
         return result.model_copy(update={"query": query, "changes": found})
 

@@ -1,4 +1,4 @@
-"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``.
+"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``, ``bundle check``.
 
 The composition root: it reads the environment and the config file, builds one Platform and
 hands it to the roles. Every command exits non-zero with a message naming the config key
@@ -24,6 +24,8 @@ app = typer.Typer(help="ira: alerts in, durable investigations, approved tickets
                   add_completion=False, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+bundle_app = typer.Typer(help="Scenario bundle commands.", no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
 
 
 def say(message: str) -> None:
@@ -114,6 +116,22 @@ def doctor() -> None:
     from ira.runtime.process import run_doctor
 
     run(run_doctor(settings_or_exit(), say=say))
+
+
+@bundle_app.command("check")
+def bundle_check(directory: Annotated[Path, typer.Argument(help="The bundle directory.")]) -> None:
+    """Validate a bundle; list every problem (file, where, why) and exit 1 if there is one."""
+    from ira.infra.bundle import check_bundle, load_bundle
+
+    problems = check_bundle(directory)
+    for problem in problems:
+        say(f"{directory}/{problem}")
+    if problems:
+        say(f"invalid: {len(problems)} problem(s)")
+        raise typer.Exit(1)
+    bundle = load_bundle(directory)
+    say(f"ok: {bundle.manifest.bundle_id} (format_version {bundle.manifest.format_version}, "
+        f"{len(bundle.events)} events, {len(bundle.observations)} observations, {len(bundle.runbooks)} runbooks)")
 
 
 def main() -> None:

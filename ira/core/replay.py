@@ -1,0 +1,155 @@
+"""A run's outcome as a replay compares it, the comparison itself and a team's expectations.
+
+Pure: the original outcome comes from a bundle, the replay's from the read API; both are the
+same model, so a comparison is field by field. Ids and times never enter an outcome, so two
+replays of one bundle compare equal when they decided the same things.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from pydantic import Field
+
+from ira.core.model import Model
+
+TOP_HYPOTHESES = 3
+
+
+class BranchOutcome(Model):
+    stop_reason: str
+    error: str | None = None
+    hypotheses: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list)
+
+
+class Outcome(Model):
+    """What a run did (``outcome.json`` of a bundle, or read back from a replay's run)."""
+
+    run_state: str | None = None
+    decisions: list[str] = Field(default_factory=list)
+    """Triage's decisions for the incident (``create_run``, ``ignore: duplicate``, ...)."""
+    branches: dict[str, BranchOutcome] = Field(default_factory=dict)
+    hypotheses: list[str] = Field(default_factory=list)
+    """The report's hypotheses, strongest first."""
+    facts: list[str] = Field(default_factory=list)
+    draft_title: str | None = None
+    draft_body: str | None = None
+    approvals: list[str] = Field(default_factory=list)
+    """``action: state`` per approval (``create_ticket: approved (auto, staging)``)."""
+    operations: list[str] = Field(default_factory=list)
+    """``kind: fact state`` per Operation."""
+    budget_used: dict[str, int] = Field(default_factory=dict)
+    duration_seconds: float | None = None
+
+
+class BranchExpectation(Model):
+    stop_reason: str | None = None
+    evidence_contains: list[str] = Field(default_factory=list)
+    hypotheses_contain: list[str] = Field(default_factory=list)
+    first_runbook: str | None = None
+
+
+class Expectations(Model):
+    """``expectations.json``: a team's own pass/fail rules for a replay of a bundle."""
+
+    alert: str | None = None
+    service: str | None = None
+    version: str | None = None
+    run_state: str | None = None
+    branches: dict[str, BranchExpectation] = Field(default_factory=dict)
+    ticket_draft_mentions: list[str] = Field(default_factory=list)
+
+
+class Row(Model):
+    """One line of the comparison: an aspect, both sides as text, and whether they agree."""
+
+    aspect: str
+    original: str
+    replay: str
+    same: bool
+
+
+class Comparison(Model):
+    rows: tuple[Row, ...]
+    draft_diff: tuple[str, ...]
+    """Unified diff of the draft body (empty: identical or no original draft)."""
+
+    @property
+    def differences(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if not r.same)
+
+
+def _text(value: object) -> str:
+    if value is None or value == [] or value == {}:
+        return "-"
+    if isinstance(value, list):
+        return "; ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def _row(aspect: str, original: object, replay: object, *, compared: bool = True) -> Row:
+    return Row(aspect=aspect, original=_text(original), replay=_text(replay),
+               same=(not compared) or original == replay)
+
+
+def compare(original: Outcome, replay: Outcome) -> Comparison:
+    """Field by field. Aspects the original does not know (an old bundle) are shown, not judged;
+    duration is always shown only: a replay runs at another speed."""
+    rows = [_row("run state", original.run_state, replay.run_state, compared=original.run_state is not None),
+            _row("triage decisions", original.decisions, replay.decisions, compared=bool(original.decisions))]
+    for name in sorted(set(original.branches) | set(replay.branches)):
+        before, after = original.branches.get(name), replay.branches.get(name)
+        rows.append(_row(f"branch {name}", _branch(before), _branch(after)))
+    rows += [
+        _row("top hypotheses", original.hypotheses[:TOP_HYPOTHESES], replay.hypotheses[:TOP_HYPOTHESES],
+             compared=bool(original.hypotheses)),
+        _row("facts", original.facts, replay.facts, compared=bool(original.facts)),
+        _row("draft title", original.draft_title, replay.draft_title, compared=original.draft_title is not None),
+        _row("approvals", original.approvals, replay.approvals, compared=bool(original.approvals)),
+        _row("operations", original.operations, replay.operations, compared=bool(original.operations)),
+        _row("budget used", original.budget_used, replay.budget_used, compared=bool(original.budget_used)),
+        _row("duration (s)", original.duration_seconds, replay.duration_seconds, compared=False),
+    ]
+    diff: tuple[str, ...] = ()
+    if original.draft_body is not None:
+        diff = tuple(difflib.unified_diff(original.draft_body.splitlines(), (replay.draft_body or "").splitlines(),
+                                          "original draft", "replay draft", lineterm=""))
+        rows.append(Row(aspect="draft body", original="recorded", replay="identical" if not diff else "differs",
+                        same=not diff))
+    return Comparison(rows=tuple(rows), draft_diff=diff)
+
+
+def _branch(branch: BranchOutcome | None) -> str | None:
+    if branch is None:
+        return None
+    return branch.stop_reason + (f" ({branch.error})" if branch.error else "")
+
+
+def unmet_expectations(expectations: Expectations, replay: Outcome) -> list[str]:
+    """Every expectation the replay misses (empty: all met)."""
+    missing = []
+    if expectations.run_state and replay.run_state != expectations.run_state:
+        missing.append(f"run: state {replay.run_state}, expected {expectations.run_state}")
+    for name, wanted in sorted(expectations.branches.items()):
+        missing += _unmet_branch(name, wanted, replay.branches.get(name))
+    draft = f"{replay.draft_title or ''}\n{replay.draft_body or ''}"
+    missing += [f"draft: does not mention {word!r}" for word in expectations.ticket_draft_mentions
+                if word not in draft]
+    return missing
+
+
+def _unmet_branch(name: str, wanted: BranchExpectation, got: BranchOutcome | None) -> list[str]:
+    if got is None:
+        return [f"{name}: no result"]
+    missing = []
+    if wanted.stop_reason and got.stop_reason != wanted.stop_reason:
+        missing.append(f"{name}: stopped {got.stop_reason}, expected {wanted.stop_reason}")
+    evidence, hypotheses = " | ".join(got.evidence), " | ".join(got.hypotheses)
+    missing += [f"{name}: no evidence mentions {p!r}" for p in wanted.evidence_contains if p not in evidence]
+    missing += [f"{name}: no hypothesis mentions {p!r}" for p in wanted.hypotheses_contain if p not in hypotheses]
+    if wanted.first_runbook and not (got.evidence and wanted.first_runbook in got.evidence[0]):
+        missing.append(f"{name}: first runbook is not {wanted.first_runbook}")
+    return missing

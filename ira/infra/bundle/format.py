@@ -1,0 +1,48 @@
+"""The files of a scenario bundle, as typed models (the JSON Schema is generated from them).
+
+A bundle is a directory; each file has one model here. ``format_version`` lives in
+``bundle.json``; a bundle written before versioning (no ``format_version``, like the demo's)
+is version 1. Version 2 adds recorded tool errors, model calls by request fingerprint and the
+original run's outcome; everything a version 1 bundle says still means the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ira.connectors.recorded import BundleInfo as Manifest
+from ira.connectors.recorded import RecordedError
+from ira.connectors.recorded import Recording as Observation
+from ira.core.model import Model
+from ira.core.replay import BranchExpectation, BranchOutcome, Expectations, Outcome
+
+__all__ = ["BranchExpectation", "BranchOutcome", "Expectations", "Manifest", "ModelCall", "Observation",
+           "Outcome", "RecordedError", "SourceEvent"]
+
+FORMAT_VERSIONS = (1, 2)
+CURRENT_VERSION = 2
+
+
+class SourceEvent(Model):
+    """One entry of ``events.json``: a webhook as its source sent it."""
+
+    offset_seconds: float = Field(ge=0)
+    """When it arrived, relative to the start of the recording."""
+    kind: str
+    """``alertmanager``, ``change``, ... (the source kind of ``path``)."""
+    source_id: str
+    path: str
+    """Where it was POSTed on ira, e.g. ``/v1/sources/alertmanager/am``."""
+    payload: dict[str, Any]
+
+
+class ModelCall(Model):
+    """One line of ``model_calls.jsonl``: an LLM request (by fingerprint) and its response."""
+
+    fingerprint: str
+    """sha256 of the canonical request (messages, tools, model)."""
+    response: dict[str, Any]
+    usage: dict[str, int] = Field(default_factory=dict)
+    branch: str | None = None
