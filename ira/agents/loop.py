@@ -172,6 +172,8 @@ class BranchLoop:
         with self.tracer.start_as_current_span(f"execute_tool {checked.tool.name}") as span:
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", checked.tool.name)
+            # As proposed (a model may echo a secret): the exporter redacts span attributes.
+            span.set_attribute("gen_ai.tool.call.arguments", json.dumps(proposal.args, sort_keys=True)[:2000])
             observation, elapsed = await execute.call(checked, connectors, task.binding, timeout=timeout,
                                                       redactor=self.redactor)
             span.set_attribute("ira.tool.ok", observation.ok)

@@ -19,6 +19,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import httpx
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
 
 from ira.agents.handler import BranchHandler
 from ira.agents.loop import BranchLoop, LoopLimits
@@ -91,7 +93,8 @@ def llm_client(provider: LlmProviderSettings):  # type: ignore[no-untyped-def]
                                                max_retries=0))
 
 
-def build_policy(kind: BranchKind, settings: AgentsSettings, *, redactor: Redactor | None = None) -> Policy:
+def build_policy(kind: BranchKind, settings: AgentsSettings, *, redactor: Redactor | None = None,
+                 tracer: Tracer | None = None) -> Policy:
     section = getattr(settings, kind.value)
     if section.policy == "rules":
         return rule_policy(kind, section)
@@ -99,22 +102,25 @@ def build_policy(kind: BranchKind, settings: AgentsSettings, *, redactor: Redact
 
     provider = settings.provider(section.provider)
     return LlmPolicy(client=llm_client(provider), provider=provider, price=settings.price(provider.model),
-                     observation_chars=settings.observation_chars, redactor=redactor or Redactor())
+                     observation_chars=settings.observation_chars, redactor=redactor or Redactor(),
+                     tracer=tracer or trace.get_tracer("ira.agents"))
 
 
 def build_handlers(
-    settings: Settings, *, db: Database, clock: Clock, connectors: ConnectorSet
+    settings: Settings, *, db: Database, clock: Clock, connectors: ConnectorSet, tracer: Tracer | None = None,
 ) -> dict[str, StepHandler]:
+    """One handler per branch; ``tracer`` (the global provider's by default) traces tool calls and model calls."""
     agents = settings.agents
     redactor = settings.redactor()  # every SecretStr of the settings, ``agents.redact`` included
     limits = LoopLimits(max_turns=agents.max_turns, no_progress_repeats=agents.no_progress_repeats,
                         max_denials=agents.max_denials, tool_timeout=agents.tool_timeout,
                         artifact_max_bytes=settings.artifact_max_bytes)
-    policies = {kind: build_policy(kind, agents, redactor=redactor) for kind in BranchKind}
+    tracer = tracer or trace.get_tracer("ira.agents")
+    policies = {kind: build_policy(kind, agents, redactor=redactor, tracer=tracer) for kind in BranchKind}
 
     def loop_for(kind: BranchKind) -> BranchLoop:
         return BranchLoop(db=db, clock=clock, policy=policies[kind], connectors=connectors, redactor=redactor,
-                          limits=limits)
+                          limits=limits, tracer=tracer)
 
     return {kind.value: BranchHandler(kind=kind, db=db, clock=clock, loop_for=loop_for,
                                       artifact_max_bytes=settings.artifact_max_bytes) for kind in BranchKind}
