@@ -14,10 +14,13 @@ from tests.processes import free_port
 
 
 @asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Yield the base URL once the server accepts connections; shut it down after."""
+async def serve(app: Any, **options: Any) -> AsyncIterator[str]:
+    """Yield the base URL once the server accepts connections; shut it down after.
+
+    ``options`` go to ``uvicorn.Config`` (e.g. ``http=`` a protocol class)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off",
+                                           **options))
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     try:

@@ -91,7 +91,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
         return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
 
     @router.post("/work-items/{work_item_id}/retry")
-    async def retry_branches(work_item_id: str, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
+    async def retry_branches(work_item_id: IdPath, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
         """After a required branch failed: run each failed branch again (a new attempt, a fresh
         slice and deadline); the join waits for them and judges each branch by its latest attempt."""
         caller.require("approver")

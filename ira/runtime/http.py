@@ -58,7 +58,7 @@ from ira.core.errors import (
     TransientError,
 )
 from ira.runtime.apidocs import install_docs
-from ira.runtime.body import DEFAULT_BODY_LIMIT, BodyLimit
+from ira.runtime.body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyLimit
 from ira.runtime.http_errors import error_entry, error_response, json_body
 from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
 from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
@@ -136,12 +136,13 @@ def create_app(
     error_statuses: Mapping[type[PlatformError], int] | None = None,
     title: str = "ira",
     body_limit: int = DEFAULT_BODY_LIMIT,
+    body_timeout: timedelta = DEFAULT_BODY_TIMEOUT,
 ) -> ASGIApp:
     """The app: ``/healthz``, ``/readyz``, ``/metrics``, the given routers and lanes, error handlers.
 
     ``error_statuses`` adds or overrides statuses for a package's own error classes.
     ``body_limit`` bounds the body of every FastAPI route that states no limit of its own
-    (``ira.runtime.body``); lanes bound their own.
+    (``ira.runtime.body``), ``body_timeout`` the wait for each piece of it; lanes bound their own.
     With ``tracer_provider`` every request except health and metrics gets a server span.
     Without lanes the result is the FastAPI app itself; with lanes, a LanedApp in front of it.
     """
@@ -153,7 +154,7 @@ def create_app(
         if isinstance(router, APIRouter):
             app.include_router(router)
     _install_error_handlers(app, {**ERROR_STATUSES, **(error_statuses or {})})
-    app.add_middleware(BodyLimit, routes=app.routes, default=body_limit)
+    app.add_middleware(BodyLimit, routes=app.routes, default=body_limit, timeout=body_timeout)
     app.add_middleware(_InternalErrorMiddleware)
     if tracer_provider is not None:
         # One server span per request; the ASGI receive/send sub-spans cost ~300 µs and say little.

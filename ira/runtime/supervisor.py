@@ -33,6 +33,7 @@ from typing import Any
 
 import uvicorn
 
+from ira.runtime.deadline import header_deadline
 from ira.runtime.duty import DutyRoster
 from ira.runtime.gate import Gate
 from ira.runtime.http import create_app
@@ -83,11 +84,12 @@ def build_http(
     routers = [router for role in route_roles for router in role.routers(platform)]
     checks = {**platform_checks(platform), "serving": serving_check(supervision.gate.is_open),
               "roles": duties_check(supervision.roster)}
-    app = create_app(metrics=platform.metrics, routers=routers, readiness_checks=checks,
-                     tracer_provider=tracer_provider)  # type: ignore[arg-type]
     http = platform.settings.http
+    app = create_app(metrics=platform.metrics, routers=routers, readiness_checks=checks,
+                     tracer_provider=tracer_provider, body_timeout=http.body_timeout)  # type: ignore[arg-type]
     config = uvicorn.Config(supervision.gate.wrap(app), host=http.host, port=http.port, log_config=None,
-                            access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+                            access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+                            http=header_deadline(http.header_timeout))
     return _Server(config)
 
 

@@ -69,6 +69,10 @@ class SlackApprover(Grant):
 class HttpSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    header_timeout: Duration = timedelta(seconds=10)
+    """A request's headers must arrive within this (slow clients are cut off)."""
+    body_timeout: Duration = timedelta(seconds=30)
+    """Longest wait for the next piece of a request body."""
 
 
 class KafkaSettings(Section):

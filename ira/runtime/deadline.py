@@ -1,0 +1,96 @@
+"""A deadline for a request's headers: a client that trickles them, or sends none, is cut off.
+
+uvicorn bounds the idle time between two requests of a connection (``timeout_keep_alive``)
+but not the time a request takes to send its headers: a connection that sends
+``GET / HTTP/1.1\\r\\n`` and then one byte a minute holds a socket and a protocol object
+forever (slowloris; 200 such connections were never closed). ASGI cannot help, the app is
+called only once the headers are complete.
+
+:func:`header_deadline` wraps uvicorn's HTTP protocol (composition, not a subclass of its
+private classes): its own streaming parser (httptools, public API) follows the same bytes
+and arms a timer when a connection opens and when a request begins, cancels it when that
+request's headers are complete, and closes the transport when it fires. The body has its
+own deadline, in ASGI (``ira.runtime.body``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEADER_TIMEOUT = timedelta(seconds=10)
+
+
+class HeaderDeadlineProtocol(asyncio.Protocol):
+    """uvicorn's protocol for one connection, closed when a request's headers take too long."""
+
+    timeout: ClassVar[float] = DEFAULT_HEADER_TIMEOUT.total_seconds()
+    inner_class: ClassVar[Any] = AutoHTTPProtocol
+
+    def __init__(self, **options: Any) -> None:
+        self._inner: asyncio.Protocol = self.inner_class(**options)
+        self._parser: Any = httptools.HttpRequestParser(self)
+        self._timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._arm()
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is not None:
+            try:
+                self._parser.feed_data(data)
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+                self._parser = None  # the inner protocol answers 400 (or upgrades); stop following
+                self._disarm()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    # httptools callbacks: one request's headers begin, and end
+    def on_message_begin(self) -> None:
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = asyncio.get_running_loop().call_later(self.timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._transport is not None and not self._transport.is_closing():
+            log.info("closing a connection whose request headers took over %ss", self.timeout)
+            self._transport.close()
+
+
+def header_deadline(timeout: timedelta = DEFAULT_HEADER_TIMEOUT) -> type[asyncio.Protocol]:
+    """The protocol class to give ``uvicorn.Config(http=...)``: its protocol behind ``timeout``."""
+    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"timeout": timeout.total_seconds()})
