@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from opentelemetry import trace
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Status, StatusCode, Tracer
 
 from ira.agents import execute
 from ira.agents.ledger import SliceLedger, TurnHolds
@@ -116,7 +116,13 @@ class BranchLoop:
             if len(state.turns) >= self.limits.max_turns:
                 stop = StopReason.BUDGET_EXHAUSTED
                 break
-            stop = await self._turn(task, claim, ledger=ledger, state=state, connectors=connectors)
+            attributes: dict[str, str | int] = {
+                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": f"ira.{task.kind.value}",
+                "ira.run_id": claim.run_id, "ira.step_id": claim.step_id, "ira.turn": len(state.turns) + 1}
+            with self.tracer.start_as_current_span("agent turn", attributes=attributes) as span:
+                stop = await self._turn(task, claim, ledger=ledger, state=state, connectors=connectors)
+                if stop is not None:
+                    span.set_attribute("ira.stop_reason", stop.value)
         return LoopOutcome(stop_reason=stop, turns=state.turns,
                            error="the policy failed" if stop is StopReason.ERROR else None)
 
@@ -177,6 +183,13 @@ class BranchLoop:
             observation, elapsed = await execute.call(checked, connectors, task.binding, timeout=timeout,
                                                       redactor=self.redactor)
             span.set_attribute("ira.tool.ok", observation.ok)
+            span.set_attribute("ira.tool.attempts", observation.attempts)
+            span.set_attribute("ira.binding.service", task.binding.service or "")
+            span.set_attribute("ira.binding.environment", task.binding.environment)
+            span.set_attribute("ira.observation.partial", bool(observation.partial))
+            if not observation.ok:
+                span.set_attribute("error.type", observation.error_code or "error")
+                span.set_status(Status(StatusCode.ERROR, observation.error_code or "error"))
         holds.use(Dim.TOOL_CALLS, observation.attempts)
         holds.use(Dim.WALL_MS, int(elapsed * 1000))
         return observation, None

@@ -11,8 +11,10 @@ draft before it finishes, so no permission from before the wait is reused.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 
+from opentelemetry.trace import Span
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import records
@@ -33,6 +35,7 @@ from ira.core.operation import Approval, WorkItem
 from ira.core.report import TicketDraft
 from ira.core.run import Claim, Run
 from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkItemState
+from ira.runtime import runtrace
 from ira.runtime.store import runs, timers
 from ira.runtime.wakeup import step_wakeup
 
@@ -111,8 +114,19 @@ async def decide(
     if not await records.settle_approval(conn, approval, target_state(choice), at=at, by=principal, reason=reason):
         raise ConcurrentUpdateError(f"approval {approval_id} was decided concurrently")
     await timers.cancel_timer(conn, tenant_id, expiry_timer_id(approval_id), now=at)
-    await _apply(conn, run, approval, choice=choice, principal=principal, config=config, at=at)
+    with _wait_span(run, approval, outcome=target_state(choice).value, principal=principal):
+        await _apply(conn, run, approval, choice=choice, principal=principal, config=config, at=at)
     return await records.get_approval(conn, tenant_id, approval_id), judgement
+
+
+def _wait_span(run: Run, approval: Approval, *, outcome: str, principal: str | None) -> AbstractContextManager[Span]:
+    """The wait for a person, as one span of the run's trace from the request to the decision;
+    the decision's own request (HTTP, Slack) stays its own trace and is linked."""
+    attributes = {"ira.run_id": run.run_id, "ira.approval_id": approval.approval_id, "ira.approval.outcome": outcome,
+                  "ira.approval.required_role": approval.required_role, "ira.approval.action": approval.action}
+    if principal:
+        attributes["ira.approval.decider"] = principal
+    return runtrace.run_span("approval wait", run.traceparent, start_time=approval.created_at, attributes=attributes)
 
 
 async def _apply(
@@ -162,12 +176,19 @@ async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, con
     await records.settle_approval(conn, approval, ApprovalState.EXPIRED, at=at, reason="expired")
     if run.state != RunState.WAITING:
         return True
+    with _wait_span(run, approval, outcome=ApprovalState.EXPIRED.value, principal=None):
+        await _expired(conn, run, approval, config=config, at=at)
+    return True
+
+
+async def _expired(conn: AsyncConnection, run: Run, approval: Approval, *, config: WorkflowConfig,
+                   at: datetime) -> None:
+    approval_id = approval.approval_id
     await end_run(conn, run, state=RunState.FAILED, outcome="approval_expired", config=config, at=at,
                   step_states={approval.step_id: StepState.FAILED}, detail={"approval_id": approval_id},
                   events=(EventDraft(type=RunEventType.APPROVAL_EXPIRED, data={"approval_id": approval_id}),))
     await announce(conn, run, kind=NotificationKind.APPROVAL_EXPIRED, config=config, at=at,
                    data={"approval_id": approval_id, "title": run.bindings.get("title")})
-    return True
 
 
 async def revise(

@@ -26,10 +26,11 @@ from ira.core.errors import InvalidMessageError
 from ira.core.events import RunEventType
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState
+from ira.runtime import runtrace
+from ira.runtime.runtrace import current_traceparent, trace_id_of
 from ira.runtime.store import budget, runs, timers
 from ira.runtime.store.rows import run_from_row
 from ira.runtime.store.schema import runs as runs_table
-from ira.runtime.telemetry import current_trace_id
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
             "evaluation_id": decision.evaluation_id, "reason": "the incident already has an open run"})], at=at)
         return open_run
     plan = plan_run(decision, config, now=at)
-    run, _ = await runs.create_run(conn, plan.new_run, at=at)
+    new_run = plan.new_run.model_copy(update={"traceparent": current_traceparent()})
+    run, _ = await runs.create_run(conn, new_run, at=at)
     await budget.open_account(conn, t, run.run_id, plan.root_budget)
     for scope, limits in plan.slices.items():
         await budget.open_slice(conn, t, run.run_id, scope, limits, at=at)
@@ -78,7 +80,7 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         events=(EventDraft(type=RunEventType.RUN_STARTED,
             data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices),
-                  "trace_id": current_trace_id()}),)), at=at)
+                  "trace_id": trace_id_of(run.traceparent)}),)), at=at)
 
 
 async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,
@@ -92,6 +94,15 @@ async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: 
     if run is None:
         log.info("deliver %s: incident %s has no open run", decision.evaluation_id, decision.incident_id)
         return None
+    # the follow-up keeps its own trace (its request's); the run's trace gets a span linked to it
+    with runtrace.run_span("incident update", run.traceparent, attributes={
+            "ira.run_id": run.run_id, "ira.incident_id": decision.incident_id,
+            "ira.incident_version": decision.incident_version, "ira.alert.status": decision.alert.status.value}):
+        return await _deliver(conn, run, decision, config=config, at=at)
+
+
+async def _deliver(conn: AsyncConnection, run: Run, decision: IncidentDecision, *, config: WorkflowConfig,
+                   at: datetime) -> Run:
     known = await incident_version(conn, run)
     await runs.append_events(conn, run.tenant_id, run.run_id, [EventDraft(type=ALERT_DELIVERED, data={
         "evaluation_id": decision.evaluation_id, "event_id": decision.alert.event_id,

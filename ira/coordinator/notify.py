@@ -19,6 +19,7 @@ from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id, new_id
 from ira.core.run import Run
+from ira.runtime import runtrace
 from ira.runtime.store import outbox
 from ira.runtime.store.artifacts import put_artifact
 
@@ -56,4 +57,4 @@ async def announce(
     """A notification for a change committed without a run commit of its own (a work item
     opened, a late ticket confirmed): its outbox row goes in the caller's transaction."""
     message = await request_notification(conn, run, kind=kind, data=data, config=config, at=at)
-    await outbox.enqueue(conn, [message], at=at)
+    await outbox.enqueue(conn, runtrace.stamp((message,), runtrace.parent_for(run.traceparent)), at=at)

@@ -20,6 +20,8 @@ import logging
 from datetime import datetime
 from enum import StrEnum
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, operations, records
@@ -64,19 +66,28 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
     if prepared is None:
         return
     op, request = prepared
-    deps.faults.hit(AFTER_INTENT)
-    mode = await _authorize(deps, ctx, op)
-    if mode == Mode.VERIFY:
-        mode = await _verify(deps, ctx, op)
-    if mode == Mode.SEND:
-        deps.faults.hit(AFTER_SUBMIT)
-        mode = await _send(deps, ctx, op, request=request)
-    if mode == Mode.DONE:
-        deps.faults.hit(AFTER_RECEIPT)
-        await _finish(deps, ctx, op)
-        deps.faults.hit(AFTER_FINISH)
-    elif mode == Mode.FAILED:
-        await _fail(deps, ctx, op, reason="confirmed_failure")
+    with trace.get_tracer(__name__).start_as_current_span("ticket operation", attributes={
+            "ira.operation_id": op.operation_id, "ira.operation.kind": op.kind, "ira.ticket.system": deps.tickets.name,
+            "ira.operation.key_prefix": op.idempotency_key[:12], "ira.owner_epoch": ctx.claim.owner_epoch}) as span:
+        deps.faults.hit(AFTER_INTENT)
+        mode = await _authorize(deps, ctx, op)
+        path = mode.value
+        if mode == Mode.VERIFY:
+            mode = await _verify(deps, ctx, op)
+            path = "adopted" if mode == Mode.DONE else path
+        if mode == Mode.SEND:
+            deps.faults.hit(AFTER_SUBMIT)
+            mode = await _send(deps, ctx, op, request=request)
+            path = "created" if mode == Mode.DONE else path
+        span.set_attribute("ira.operation.path", path)
+        span.set_attribute("ira.operation.outcome", mode.value)
+        if mode == Mode.DONE:
+            deps.faults.hit(AFTER_RECEIPT)
+            await _finish(deps, ctx, op)
+            deps.faults.hit(AFTER_FINISH)
+        elif mode == Mode.FAILED:
+            span.set_status(Status(StatusCode.ERROR, "confirmed_failure"))
+            await _fail(deps, ctx, op, reason="confirmed_failure")
 
 
 async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest] | None:

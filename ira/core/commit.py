@@ -104,3 +104,5 @@ class NewRun(Model):
     outbox: tuple[OutboxMessage, ...] = ()
     idempotency_key: str | None = None
     """A second NewRun with the same key returns the first run instead of creating another."""
+    traceparent: str | None = None
+    """The trace of the work that asked for the run (its alert's): the run's trace from now on."""

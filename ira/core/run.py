@@ -44,6 +44,8 @@ class Run(Model):
     outcome: str | None = None
     created_at: datetime
     updated_at: datetime
+    traceparent: str | None = None
+    """W3C trace context of the work that started the run; all later work continues its trace."""
 
 
 class Step(Model):

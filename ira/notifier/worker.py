@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
 from ira.core.clock import Clock
 from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification, Receipt
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
@@ -28,6 +31,7 @@ from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
 AFTER_SEND = "delivery.after_send"
 """Fault point: the channel answered, its receipt is not stored yet (mid-delivery)."""
@@ -69,7 +73,14 @@ class Notifier:
         if row["attempts"]:
             await asyncio.sleep(self._wait(row))
         channel = self._others.get(row["channel"], self._channel)
-        receipt, retry = await channel.send(notification, attempt=row["attempts"])
+        with _tracer.start_as_current_span(f"deliver {channel.name}", kind=SpanKind.CLIENT, attributes={
+                "ira.notification_id": row["notification_id"], "ira.run_id": str(row.get("run_id") or ""),
+                "ira.delivery.channel": channel.name, "ira.delivery.kind": str(notification.kind),
+                "ira.delivery.attempt": row["attempts"] + 1}) as span:
+            receipt, retry = await channel.send(notification, attempt=row["attempts"])
+            span.set_attribute("ira.delivery.receipt", receipt.state.value)
+            if receipt.state in (DeliveryState.FAILED, DeliveryState.UNKNOWN):
+                span.set_status(Status(StatusCode.ERROR, receipt.state.value))  # no detail: it may quote a URL
         self._faults.hit(AFTER_SEND)
         last = not retry or row["attempts"] + 1 >= self._max_attempts or receipt.state == DeliveryState.ACCEPTED
         final = _final(row, receipt) if last else None

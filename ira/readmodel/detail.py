@@ -10,17 +10,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.schema import ticket_drafts
 from ira.core.budget import ROOT_SCOPE
-from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.states import ApprovalState, DeliveryState, OperationFact, OperationHandling, StepState
 from ira.readmodel.rows import view_of
 from ira.readmodel.runs import RunSummary, get_summary
+from ira.runtime.runtrace import trace_id_of
 from ira.runtime.store.schema import (
     approvals,
     attempts,
     budget_accounts,
     deliveries,
-    events,
     operations,
     runs,
     steps,
@@ -146,7 +145,7 @@ class RunDetail(RunSummary):
 async def run_detail(conn: AsyncConnection, tenant_id: str, run_id: str) -> RunDetail:
     """NotFoundError for a missing run and for another tenant's."""
     summary = await get_summary(conn, tenant_id, run_id)
-    run = (await conn.execute(select(runs.c.contract, runs.c.bindings).where(
+    run = (await conn.execute(select(runs.c.contract, runs.c.bindings, runs.c.traceparent).where(
         runs.c.tenant_id == tenant_id, runs.c.run_id == run_id))).one()
     root, slices = await _budget(conn, tenant_id, run_id)
     return RunDetail(
@@ -159,15 +158,7 @@ async def run_detail(conn: AsyncConnection, tenant_id: str, run_id: str) -> RunD
                                                                    deliveries.c.created_at)),
         work_items=await _of(conn, WorkItemView, work_items, tenant_id, run_id, work_items.c.created_at),
         drafts=await _of(conn, DraftVersion, ticket_drafts, tenant_id, run_id, ticket_drafts.c.version),
-        trace_id=await _trace_id(conn, tenant_id, run_id))
-
-
-async def _trace_id(conn: AsyncConnection, tenant_id: str, run_id: str) -> str | None:
-    data = (await conn.execute(select(events.c.data).where(
-        events.c.tenant_id == tenant_id, events.c.run_id == run_id,
-        events.c.type == RunEventType.RUN_STARTED).limit(1))).scalar_one_or_none()
-    trace_id = (data or {}).get("trace_id")
-    return str(trace_id) if trace_id else None
+        trace_id=trace_id_of(run.traceparent))
 
 
 async def _rows(conn: AsyncConnection, table: Any, tenant_id: str, run_id: str, order: Any) -> list[Any]:

@@ -24,6 +24,7 @@ from ira.core.errors import ConcurrentUpdateError, StaleEpochError, TransientErr
 from ira.core.events import RunEventType
 from ira.core.run import Claim, Run, Step
 from ira.core.states import StepState
+from ira.runtime import runtrace
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
@@ -89,23 +90,30 @@ class StepDispatcher:
         return StepContext(claim=claim, step=step, run=run)
 
     async def _run_claimed(self, ctx: StepContext) -> None:
-        work = asyncio.create_task(self.handlers[ctx.step.kind](ctx))
-        beat = asyncio.create_task(self._heartbeat(ctx.claim, work))
-        try:
-            await work
-        except asyncio.CancelledError:
-            if not beat.done() or beat.result() is not True:
-                raise  # we are shutting down, not losing the lease
-            self._lost_lease()
-        except StaleEpochError:
-            self._lost_lease()
-        except Exception as exc:  # the worker loop is the one place that catches broadly
-            log.exception("step %s/%s failed", ctx.claim.run_id, ctx.claim.step_id)
-            await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
-        else:
-            await self._release_if_unfinished(ctx)
-        finally:
-            beat.cancel()
+        # The attempt is a span of the run's trace, however it was woken (a relayed wake-up, the
+        # scanner's, a re-claim after a crash); the handler's task inherits it as its context.
+        with runtrace.run_span(f"step {ctx.step.kind}", ctx.run.traceparent, attributes=_attempt_attributes(ctx)) \
+                as span:
+            work = asyncio.create_task(self.handlers[ctx.step.kind](ctx))
+            beat = asyncio.create_task(self._heartbeat(ctx.claim, work))
+            try:
+                await work
+            except asyncio.CancelledError:
+                if not beat.done() or beat.result() is not True:
+                    raise  # we are shutting down, not losing the lease
+                runtrace.fail(span, "lease_lost")
+                self._lost_lease()
+            except StaleEpochError:
+                runtrace.fail(span, "stale_epoch")
+                self._lost_lease()
+            except Exception as exc:  # the worker loop is the one place that catches broadly
+                log.exception("step %s/%s failed", ctx.claim.run_id, ctx.claim.step_id)
+                runtrace.fail(span, type(exc).__name__, str(exc))
+                await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
+            else:
+                await self._release_if_unfinished(ctx)
+            finally:
+                beat.cancel()
 
     async def _heartbeat(self, claim: Claim, work: asyncio.Task[None]) -> bool:
         """Renew the lease every third of it; cancel the work (return True) once it is lost."""
@@ -164,3 +172,10 @@ class StepDispatcher:
                 events=(EventDraft(type=RunEventType.STEP_FAILED, data={"step_id": c.step_id, "error": error}),),
             ), at=self.clock.now())
             await steps.end_attempt(conn, c, outcome="failed", now=self.clock.now(), error=error)
+
+
+def _attempt_attributes(ctx: StepContext) -> dict[str, str | int]:
+    c = ctx.claim
+    return {"ira.tenant_id": c.tenant_id, "ira.run_id": c.run_id, "ira.step_id": c.step_id,
+            "ira.step.kind": ctx.step.kind, "ira.owner_epoch": c.owner_epoch, "ira.attempt_id": c.attempt_id,
+            "ira.owner": c.owner}

@@ -56,13 +56,6 @@ def setup_tracing(settings: Settings, *, service_name: str = "ira", install: boo
     return provider
 
 
-def current_trace_id() -> str | None:
-    """The trace the current work belongs to (32 hex digits), or None outside any span: stored
-    with a run so that the run page can point at its trace and logs can be matched to it."""
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
-
-
 def shutdown_tracing(provider: TracerProvider) -> None:
     """Flush buffered spans (end of process or test)."""
     provider.shutdown()

@@ -77,11 +77,11 @@ async def test_run_page_shows_steps_and_events(client: httpx.AsyncClient, platfo
 
 
 async def test_run_page_shows_the_runs_trace_id(client: httpx.AsyncClient, platform: Platform) -> None:
-    run_id = await make_run(platform, "demo")
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traced = new_run("demo").model_copy(update={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
     async with platform.db.transaction() as conn:
-        await runs.append_events(conn, "demo", run_id, [EventDraft(type=RunEventType.RUN_STARTED, data={
-            "branch_deadline": "2026-12-01T00:10:00+00:00", "trace_id": trace_id})], at=datetime.now(UTC))
+        run, _ = await runs.create_run(conn, traced, at=datetime.now(UTC))
+    run_id = run.run_id
     await login(client)
     page = (await client.get(f"/runs/{run_id}")).text
     assert f'<span class="meta mono" id="trace">trace {trace_id}</span>' in page

@@ -16,6 +16,7 @@ def run_from_row(row: Row[Any]) -> Run:
         state=m["state"], wait_kind=m["wait_kind"], state_version=m["state_version"], last_seq=m["last_seq"],
         environment=m["environment"], contract=m["contract"], bindings=m["bindings"],
         incident_id=m["incident_id"], outcome=m["outcome"], created_at=m["created_at"], updated_at=m["updated_at"],
+        traceparent=m.get("traceparent"),
     )
 
 

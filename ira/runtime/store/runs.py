@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
@@ -22,6 +23,7 @@ from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
+from ira.runtime import runtrace
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
@@ -43,7 +45,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tup
         "environment": new.environment, "state": RunState.PENDING, "wait_kind": None, "state_version": 1,
         "last_seq": len(new.events), "incident_id": new.incident_id, "contract": new.contract,
         "bindings": new.bindings, "outcome": None, "idempotency_key": new.idempotency_key,
-        "created_at": at, "updated_at": at,
+        "created_at": at, "updated_at": at, "traceparent": new.traceparent,
     }
     try:
         await conn.execute(insert(runs).values(**values))
@@ -51,7 +53,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tup
         raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
     await insert_steps(conn, new, at=at)
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
-    await enqueue(conn, new.outbox, at=at)
+    await enqueue(conn, runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent()), at=at)
     return Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"}), True
 
 
@@ -63,6 +65,13 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
     IllegalTransitionError, ConcurrentUpdateError, or StaleEpochError from the fence.
     The caller's transaction rolls back on any of them.
     """
+    with runtrace.tracer().start_as_current_span("cas commit", kind=SpanKind.CLIENT, attributes={
+            "db.system.name": conn.dialect.name, "db.operation.name": "cas_commit", "ira.run_id": change.run_id,
+            "ira.expected_version": change.expected_version, "ira.events": len(change.events)}):
+        return await _commit(conn, change, at=at)
+
+
+async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
     if change.fence is not None:
         await check_fence(conn, change.tenant_id, change.run_id, change.fence)
     change = await with_promotions(conn, change, at=at)
@@ -74,7 +83,7 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
     await apply_step_changes(conn, change, at=at)
     first_seq = run.last_seq - len(change.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)
-    await enqueue(conn, change.outbox, at=at)
+    await enqueue(conn, runtrace.stamp(change.outbox, runtrace.parent_for(run.traceparent)), at=at)
     return run
 
 

@@ -93,6 +93,7 @@ runs = Table(
     Column("idempotency_key", String(200)),
     Column("created_at", _tz(), nullable=False),
     Column("updated_at", _tz(), nullable=False),
+    Column("traceparent", String(64)),
     PrimaryKeyConstraint("tenant_id", "run_id"),
     UniqueConstraint("tenant_id", "idempotency_key"),
     ForeignKeyConstraint(["tenant_id", "task_id"], ["tasks.tenant_id", "tasks.task_id"]),

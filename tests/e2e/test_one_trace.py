@@ -1,0 +1,123 @@
+"""One trace per incident, across the real processes of ``ira dev``: the demo alert's ingest,
+triage, every step, every tool call, the wait for a person, the ticket Operation and the
+deliveries are spans of ONE trace; the decision's own request is linked, not merged. The run
+keeps its trace through a kill -9 and a restart while it waits for approval.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.devprocess import DevProcess
+from tests.eventually import eventually
+from tests.otlp import Received, SpanRecord, otlp_receiver
+
+ADMIN = {"authorization": "Bearer dev-admin-token"}
+SECRETS = ("dev-admin-token", "dev-viewer-token", "dev-lead-token")
+"""Credentials of the dev config that must never appear in a span."""
+
+EVERY_STEP = ("step metrics", "step logs", "step runbooks", "step join", "step synthesize", "step approve_ticket",
+              "step create_ticket", "step complete")
+
+
+def traced(home: Path, endpoint: str) -> DevProcess:
+    return DevProcess.on(home, command=("dev", "--demo"), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                         OTEL_BSP_SCHEDULE_DELAY="200")
+
+
+async def waiting_run(client: httpx.AsyncClient) -> dict[str, Any]:
+    async def found() -> dict[str, Any] | None:
+        listed = (await client.get("/v1/runs", params={"state": "waiting", "wait_kind": "approval"})).json()["runs"]
+        return listed[0] if listed else None
+
+    return await eventually(found, timeout=120, interval=0.5, message="the demo run waits for approval")
+
+
+async def approve_and_complete(client: httpx.AsyncClient, run_id: str) -> None:
+    detail = (await client.get(f"/v1/runs/{run_id}")).json()
+    approval = next(a for a in detail["approvals"] if a["state"] == "pending")
+    decided = await client.post(f"/v1/approvals/{approval['approval_id']}/decision",
+                                json={"decision": "approve", "reason": "trace test"})
+    assert decided.status_code == 200, decided.text
+
+    async def completed() -> bool:
+        return (await client.get(f"/v1/runs/{run_id}")).json()["state"] == "completed"
+
+    await eventually(completed, timeout=90, interval=0.5, message="the run completes")
+
+
+async def spans_of(received: Received, trace_id: str, wanted: set[str]) -> list[SpanRecord]:
+    """The trace once every wanted span name arrived (exports are batched)."""
+    def whole() -> list[SpanRecord] | None:
+        spans = received.trace(trace_id)
+        return spans if wanted <= {s.name for s in spans} else None
+
+    def missing() -> str:
+        return f"missing {sorted(wanted - {s.name for s in received.trace(trace_id)})}"
+
+    try:
+        return await eventually(whole, timeout=30, interval=0.3, message="every span of the run's trace")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {missing()}") from exc
+
+
+def named(spans: list[SpanRecord], prefix: str) -> list[SpanRecord]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+@pytest.mark.timeout(300)
+async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_path: Path) -> None:
+    with otlp_receiver() as (endpoint, received):
+        dev = traced(tmp_path, endpoint)
+        await dev.start()
+        try:
+            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+                run = await waiting_run(client)
+                trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
+                await approve_and_complete(client, run["run_id"])
+        finally:
+            await dev.stop()
+        spans = await spans_of(received, trace_id, {*EVERY_STEP, "approval wait", "ticket operation"})
+    names = Counter(s.name for s in spans)
+    # the ingest request is the root; triage and the coordinator continue it over Kafka
+    [root] = [s for s in spans if not s.parent_span_id]
+    assert root.name == "POST /v1/sources/{kind}/{source_id}", names
+    assert any("process" in s.name and "alerts" in s.name for s in spans), names
+    assert named(spans, "execute_tool"), names
+    assert named(spans, "deliver "), names
+    assert named(spans, "cas commit"), names
+    # the person's decision stays its own request's trace, linked from the wait
+    [wait] = named(spans, "approval wait")
+    assert wait.attributes["ira.approval.outcome"] == "approved" and wait.attributes["ira.approval.decider"]
+    assert wait.links and all(t != trace_id for t, _ in wait.links)
+    decision = [s for s in received.snapshot() if (s.trace_id, s.span_id) in set(wait.links)]
+    assert decision and decision[0].name.startswith("POST /v1/approvals"), [s.name for s in decision]
+    [ticket] = named(spans, "ticket operation")
+    assert ticket.attributes["ira.operation.path"] == "created"
+    every_value = repr([s.attributes for s in received.snapshot()])
+    assert not [secret for secret in SECRETS if secret in every_value]
+
+
+@pytest.mark.timeout(360)
+async def test_the_run_keeps_its_trace_through_a_kill_and_restart_while_waiting(tmp_path: Path) -> None:
+    with otlp_receiver() as (endpoint, received):
+        dev = traced(tmp_path, endpoint)
+        await dev.start()
+        try:
+            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+                run = await waiting_run(client)
+                trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
+            dev.kill()  # the whole of ira at once, while the run waits for a person
+            await dev.start()
+            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+                await approve_and_complete(client, run["run_id"])
+        finally:
+            await dev.stop()
+        spans = await spans_of(received, trace_id, {"approval wait", "step create_ticket", "ticket operation",
+                                                    "step complete"})
+    assert trace_id and {s.trace_id for s in named(spans, "step create_ticket")} == {trace_id}
