@@ -8,7 +8,6 @@ command is scoped by the caller's tenant (from the bearer token)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -19,8 +18,7 @@ from ira.coordinator import control
 from ira.coordinator.approval import Choice, RefusalCode, Verdict
 from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import store_json
-from ira.coordinator.reconcile import close_manual_repair
+from ira.coordinator.reconcile import close_with_note
 from ira.core.model import Model
 from ira.runtime.auth import Principal, authenticated_router, principal_for
 from ira.runtime.bounds import MAX_ID_LENGTH, MAX_REASON_LENGTH, IdPath
@@ -72,14 +70,10 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
     async def close_repair(work_item_id: IdPath, body: CloseRepairBody, caller: Principal = who) -> dict[str, Any]:
         """Settle a manual repair with a note; the run resumes from the fact it states."""
         caller.require("approver")
-        note = json.dumps({"note": body.note, "external_ref": body.external_ref, "by": caller.name,
-                           "at": deps.clock.now().isoformat()}, sort_keys=True).encode()
-        async with deps.db.transaction() as conn:
-            evidence = await store_json(conn, caller.tenant_id, note, config=deps.config, at=deps.clock.now())
-        op = await close_manual_repair(deps, caller.tenant_id, work_item_id, evidence_ref=evidence.ref,
-                                       external_ref=body.external_ref, principal=caller.name)
+        op, evidence_ref = await close_with_note(deps, caller.tenant_id, work_item_id, note=body.note,
+                                                 external_ref=body.external_ref, principal=caller.name)
         return {"work_item_id": work_item_id, "operation_id": op.operation_id, "fact_state": op.fact_state.value,
-                "evidence_ref": evidence.ref}
+                "evidence_ref": evidence_ref}
 
     @router.post("/work-items/{work_item_id}/draft-anyway")
     async def draft_anyway(work_item_id: IdPath, body: NoteBody, caller: Principal = who) -> dict[str, Any]:

@@ -140,12 +140,14 @@ async def _ask_for_review(
     now, c = deps.clock.now(), ctx.claim
     failed = [o for o in outcomes if o.status == BranchStatus.FAILED]
     summary = f"Required branch {', '.join(o.branch for o in failed)} failed for incident {run.incident_id}"
+    item_id = new_id("wi")
     await records.open_work_item(conn, WorkItem(
-        work_item_id=new_id("wi"), tenant_id=c.tenant_id, kind="human_review", run_id=c.run_id,
+        work_item_id=item_id, tenant_id=c.tenant_id, kind="human_review", run_id=c.run_id,
         state=WorkItemState.OPEN, created_at=now, summary=summary,
         facts={"failed": [o.model_dump(mode="json") for o in failed]}))
     await announce(conn, run, kind=NotificationKind.RUN_NEEDS_HUMAN, config=deps.config, at=now,
-                   data={"reason": "human_review", "summary": summary, "title": run.bindings.get("title")})
+                   data={"reason": "human_review", "summary": summary, "title": run.bindings.get("title"),
+                         "work_item_id": item_id})
     await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
         state=RunState.WAITING, wait_kind=WaitKind.HUMAN_REVIEW,

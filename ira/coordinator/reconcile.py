@@ -11,6 +11,7 @@ carries what is known, where the evidence is and what to query; closing it needs
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
@@ -19,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator import operations, records
 from ira.coordinator.deps import Deps
 from ira.coordinator.ending import RECONCILE_TIMER
-from ira.coordinator.facts import fence, lock_run
+from ira.coordinator.facts import fence, lock_run, store_json
 from ira.coordinator.notify import announce
 from ira.coordinator.receipt import namespace, record_receipt
 from ira.coordinator.workflow import COMPLETE, CREATE_TICKET
@@ -174,12 +175,14 @@ async def _to_manual_repair(deps: Deps, op: Operation) -> None:
     async with deps.db.transaction() as conn:
         await operations.move(conn, op, to=OperationFact.UNKNOWN, handling=OperationHandling.MANUAL_REPAIR, at=now,
                               from_facts=operations.IN_DOUBT)
+        item_id = new_id("wi")
         await records.open_work_item(conn, WorkItem(
-            work_item_id=new_id("wi"), tenant_id=op.tenant_id, kind=MANUAL_REPAIR, run_id=op.run_id,
+            work_item_id=item_id, tenant_id=op.tenant_id, kind=MANUAL_REPAIR, run_id=op.run_id,
             state=WorkItemState.OPEN, created_at=now, facts=repair_facts(op, deps.tickets.name), summary=summary))
         run = await lock_run(conn, op.tenant_id, op.run_id)
         await announce(conn, run, kind=NotificationKind.RUN_NEEDS_HUMAN, config=deps.config, at=now,
-                       data={"reason": "manual_repair", "summary": summary, "title": run.bindings.get("title")})
+                       data={"reason": "manual_repair", "summary": summary, "title": run.bindings.get("title"),
+                             "work_item_id": item_id})
         state = None if run.state in TERMINAL_RUN_STATES else RunState.WAITING
         drafted = [EventDraft(type=RunEventType.OPERATION_MANUAL_REPAIR, data={"operation_id": op.operation_id})]
         if state is None:
@@ -202,6 +205,22 @@ def repair_facts(op: Operation, system: str) -> dict[str, object]:
         "suggested_query": f"{system}: find the ticket with idempotency key {op.idempotency_key} "
                            f"(builtin: GET /v1/tickets, field idempotency_key)",
     }
+
+
+async def close_with_note(
+    deps: Deps, tenant_id: str, work_item_id: str, *, note: str, external_ref: str | None, principal: str,
+) -> tuple[Operation, str]:
+    """A person's note kept as the evidence artifact, then :func:`close_manual_repair` — what
+    ``POST /v1/work-items/{id}/close`` and Slack's "Close with note" both do. Returns the
+    Operation and the note's artifact ref."""
+    now = deps.clock.now()
+    body = json.dumps({"note": note, "external_ref": external_ref, "by": principal, "at": now.isoformat()},
+                      sort_keys=True).encode()
+    async with deps.db.transaction() as conn:
+        evidence = await store_json(conn, tenant_id, body, config=deps.config, at=now)
+    op = await close_manual_repair(deps, tenant_id, work_item_id, evidence_ref=evidence.ref,
+                                   external_ref=external_ref, principal=principal)
+    return op, evidence.ref
 
 
 async def close_manual_repair(

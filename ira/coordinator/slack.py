@@ -19,6 +19,9 @@ verified like every interaction, the button's value in ``private_metadata`` — 
 decision, recorded with the reason through the same :func:`record_decision`. If Slack will
 not open the modal, the click rejects without a reason and the clicker is told so.
 
+The buttons of a run that needs a person (Draft anyway, Retry failed branches, Close with
+note) are handled by :mod:`ira.coordinator.slack_review`.
+
 The message itself is updated by the notifier: every decision (from Slack, the API or the
 dashboard) commits an ``approval_decided`` notification, and the notifier re-renders the
 message from the read model. The route lives with the approval API because a click *is* a
@@ -40,9 +43,11 @@ from ira.connectors.slack import render
 from ira.connectors.slack.errors import SlackRejectedError, SlackUnavailableError
 from ira.connectors.slack.interactions import (
     APPROVE,
+    CLOSE_REPAIR,
     REASON,
     REJECT,
     REJECT_REASON,
+    REVIEW_ACTIONS,
     ActionValue,
     InteractionVerifier,
     ModalContext,
@@ -53,6 +58,7 @@ from ira.coordinator import gate
 from ira.coordinator.approval import Choice, Judgement, RefusalCode, Shown, Verdict
 from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
+from ira.coordinator.slack_review import SlackReview
 from ira.core.errors import ConcurrentUpdateError, InvalidMessageError, NotFoundError
 from ira.core.model import Model
 from ira.core.ports import ChatPoster
@@ -90,6 +96,8 @@ class SlackInteractions:
         self._outcomes = Counter("ira_slack_interactions", "Slack interactions by outcome", ["outcome"],
                                  registry=metrics.registry)
         self.follow_ups: set[asyncio.Task[None]] = set()
+        self._review = SlackReview(settings, deps, poster=poster, later=self._later,
+                                   count=lambda outcome: self._outcomes.labels(outcome).inc())
 
     async def handle(self, body: bytes, headers: Mapping[str, str]) -> Response:
         if len(body) > MAX_BODY:
@@ -101,6 +109,9 @@ class SlackInteractions:
             if isinstance(payload, ViewSubmission):
                 return await self._submitted(payload)
             action = payload.action
+            if action.action_id in REVIEW_ACTIONS:  # a run that needs a person (human review, manual repair)
+                await self._review.click(payload)
+                return Response(status_code=200)
             value = ActionValue.decode(action.value) if action.action_id in (APPROVE, REJECT) else None
         except InvalidMessageError as exc:
             return self._refuse(400, exc.code, str(exc))
@@ -142,6 +153,8 @@ class SlackInteractions:
 
     async def _submitted(self, payload: ViewSubmission) -> Response:
         """A modal came back: the rejection's reason (decided now, closing the modal)."""
+        if payload.view.callback_id == CLOSE_REPAIR:
+            return await self._review.submitted(payload)
         if payload.view.callback_id != REJECT_REASON:
             raise InvalidMessageError(f"unknown modal {payload.view.callback_id[:40]!r}")
         context = ModalContext.decode(payload.view.private_metadata)

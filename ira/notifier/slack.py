@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from ira.connectors.slack import render
 from ira.connectors.slack.errors import SlackRejectedError, SlackUnavailableError
+from ira.connectors.slack.interactions import CLOSE_REPAIR, DRAFT_ANYWAY, RETRY_FAILED
 from ira.core.chat import ApprovalMessage, ApprovalOutcome, ApprovalStatus, ChatRef
 from ira.core.clock import Clock
 from ira.core.delivery import Notification, NotificationKind, Receipt
@@ -155,6 +156,19 @@ def _asked(roots: Sequence[Posted], approval_id: object) -> Posted | None:
     return named[-1] if named else (roots[-1] if roots else None)
 
 
+def _review_buttons(d: Mapping[str, object]) -> list[render.Block]:
+    """What the run page offers for the work item, as buttons (value: the work item id)."""
+    item = d.get("work_item_id")
+    if not isinstance(item, str):
+        return []
+    if d.get("reason") == "human_review":
+        return [render.action_button("Draft anyway", DRAFT_ANYWAY, item, style="primary"),
+                render.action_button("Retry failed branches", RETRY_FAILED, item)]
+    if d.get("reason") == "manual_repair":
+        return [render.action_button("Close with note", CLOSE_REPAIR, item, style="primary")]
+    return []
+
+
 def _notice(n: Notification) -> render.SlackMessage:
     d = n.data
     run_url = d.get("run_url")
@@ -168,7 +182,7 @@ def _notice(n: Notification) -> render.SlackMessage:
             f"Ticket {d.get('ticket_key')} created", [title], run_url=run_url),
         NotificationKind.RUN_NEEDS_HUMAN: lambda: render.notice(
             f"A run needs a person ({d.get('reason', 'human review')})", [str(d.get('summary') or title)],
-            run_url=run_url),
+            run_url=run_url, buttons=_review_buttons(d)),
         NotificationKind.APPROVAL_EXPIRED: lambda: render.notice(
             "Approval expired: no ticket was created", [title], run_url=run_url),
         NotificationKind.APPROVAL_DECIDED: lambda: render.notice(

@@ -11,7 +11,8 @@ from typing import Any
 
 
 def block_actions_body(*, user: str, action_id: str, value: str, channel: str, message_ts: str,
-                       action_ts: str | None = None, thread_ts: str | None = None) -> bytes:
+                       action_ts: str | None = None, thread_ts: str | None = None,
+                       message: dict[str, Any] | None = None) -> bytes:
     """What Slack sends when ``user`` clicks the button ``action_id`` of the message at ``message_ts``."""
     payload: dict[str, Any] = {
         "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": "T0FAKE"},
@@ -20,7 +21,9 @@ def block_actions_body(*, user: str, action_id: str, value: str, channel: str, m
         "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False,
                       **({"thread_ts": thread_ts} if thread_ts else {})},
         "channel": {"id": channel, "name": "incidents"},
-        "message": {"ts": message_ts, "type": "message"},
+        "message": {"ts": message_ts, "type": "message", **({"text": message.get("text", ""),
+                                                             "blocks": message.get("blocks") or []}
+                                                            if message else {})},
         "response_url": "https://hooks.slack.invalid/actions/T0FAKE/1/x",
         "actions": [{"action_id": action_id, "block_id": "approval", "type": "button", "value": value,
                      "action_ts": action_ts or f"{time.time():.6f}", "text": {"type": "plain_text",

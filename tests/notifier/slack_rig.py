@@ -19,6 +19,7 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.slack import SlackInteractions, build_slack_router
 from ira.core.clock import FrozenClock
 from ira.core.operation import Approval
+from ira.core.ports import TicketSystem
 from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel
 from ira.notifier.worker import Notifier
@@ -94,8 +95,12 @@ class SlackRig:
 
     def click_body(self, message: dict[str, Any], *, user: str = LEAD, action: str = "approve",
                    action_ts: str | None = None) -> bytes:
-        return block_actions_body(user=user, action_id=action, value=buttons_of(message)[action], channel=CHANNEL_ID,
-                                  message_ts=message["ts"], action_ts=action_ts, thread_ts=message.get("thread_ts"))
+        return block_actions_body(user=user, action_id=action, value=buttons_of(message)[action],
+                                  channel=self.channel_of(message), message_ts=message["ts"], action_ts=action_ts,
+                                  thread_ts=message.get("thread_ts"), message=message)
+
+    def channel_of(self, message: dict[str, Any]) -> str:
+        return next((c for c, posted in self.slack.messages.items() if message in posted), CHANNEL_ID)
 
     async def settled(self) -> None:
         """The follow-ups started after the interaction's answer (message update, ephemeral)."""
@@ -105,13 +110,13 @@ class SlackRig:
 
 @asynccontextmanager
 async def slack_rig(db: Database, *, latency: float = 0.0, max_attempts: int = 4,
-                    behaviour: dict[str, str] | None = None,
+                    behaviour: dict[str, str] | None = None, tickets: TicketSystem | None = None,
                     channels: dict[str, str] | None = None) -> AsyncIterator[SlackRig]:
     """A run waiting for approval; with ``behaviour`` (scripted branches), wherever that leads.
     ``channels``: tenants' own channels (the fake gets them, the bot a member of each)."""
     if behaviour is None:
         pump, deps, clock, _, run_id, approval = await waiting_for_approval(
-            db, notification_channel="slack", dashboard_url=DASHBOARD)
+            db, notification_channel="slack", dashboard_url=DASHBOARD, **({"tickets": tickets} if tickets else {}))
     else:
         pump, deps, clock, run_id = await _started(db, behaviour)
         approval = None

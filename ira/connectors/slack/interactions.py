@@ -29,6 +29,14 @@ REJECT_REASON = "reject_reason"
 """``callback_id`` of the modal asking why a draft is rejected."""
 REASON = "reason"
 """``block_id`` and ``action_id`` of the modal's text input."""
+DRAFT_ANYWAY = "draft_anyway"
+RETRY_FAILED = "retry_failed"
+CLOSE_REPAIR = "close_repair"
+"""A run that needs a person: the buttons (``value`` = the work item id) and, for
+``close_repair``, the ``callback_id`` of the modal asking for the note."""
+NOTE = "note"
+EXTERNAL_REF = "external_ref"
+REVIEW_ACTIONS = frozenset({DRAFT_ANYWAY, RETRY_FAILED, CLOSE_REPAIR})
 _SEPARATOR = "|"
 
 
@@ -69,6 +77,14 @@ class SlackAction(_Loose):
     block_id: str | None = None
 
 
+class SlackMessageShown(_Loose):
+    """The message the button belongs to, as Slack shows it (its blocks, to update it)."""
+
+    ts: str | None = None
+    text: str = ""
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
 class SlackContainer(_Loose):
     channel_id: str | None = None
     message_ts: str | None = None
@@ -83,6 +99,7 @@ class BlockActions(_Loose):
     actions: tuple[SlackAction, ...] = Field(min_length=1)
     container: SlackContainer = SlackContainer()
     trigger_id: str | None = None
+    message: SlackMessageShown | None = None
 
     @property
     def action(self) -> SlackAction:

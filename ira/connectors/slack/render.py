@@ -137,6 +137,12 @@ def action_button(text: str, action_id: str, value: str, *, style: str | None = 
     return button
 
 
+def settled_notice(text: str, blocks: Sequence[Block], outcome: str) -> SlackMessage:
+    """A notice whose buttons were used: the same blocks without its actions, and what was done."""
+    kept = [dict(b) for b in blocks if b.get("type") != "actions"][: MAX_BLOCKS - 1]
+    return _message(text, [*kept, _context(outcome)])
+
+
 def _message(text: str, blocks: list[Block]) -> SlackMessage:
     return SlackMessage(text=cut(text, MAX_TEXT), blocks=tuple(blocks[:MAX_BLOCKS]))
 
