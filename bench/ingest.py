@@ -129,6 +129,7 @@ def ira_config(tmp: Path, ack: str) -> Path:
     config = yaml.safe_load(render_config_template())
     for source in config["sources"]:
         source["rate_limit_per_second"] = 1_000_000
+        source["alerts_per_second"] = 100_000_000
     config.update(log_level="WARNING", data_dir=str(tmp), ingest={"ack": ack})
     path = tmp / "ira.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -72,7 +72,7 @@ class StoreAcceptance:
     async def accept(self, rate: RateWindow, events: Sequence[Event], keys: Sequence[str], *,
                      window: timedelta) -> list[bool]:
         admission = await self._dedupe.admit(rate, keys, window=window, op=CHECK)
-        rate.check(admission.count)
+        admission.check(rate)
         unmarked = [i for i, fresh in enumerate(admission.fresh) if fresh]
         accepted = [False] * len(events)
         if not unmarked:
@@ -106,7 +106,7 @@ class BrokerAcceptance:
     async def accept(self, rate: RateWindow, events: Sequence[Event], keys: Sequence[str], *,
                      window: timedelta) -> list[bool]:
         admission = await self._dedupe.admit(rate, keys, window=window, op=CLAIM)
-        rate.check(admission.count)
+        admission.check(rate)
         fresh = [event for event, is_fresh in zip(events, admission.fresh, strict=True) if is_fresh]
         if fresh:
             await self._publish(fresh, [key for key, is_fresh in zip(keys, admission.fresh, strict=True) if is_fresh])

@@ -97,7 +97,7 @@ def rejection(exc: PlatformError, status: int) -> tuple[bytes, list[tuple[bytes,
     if isinstance(exc, InvalidPayloadError):
         entries = [error_entry(p.code, p.message, p.field) for p in exc.problems]
     else:
-        entries = [error_entry(exc.code, exc.message)]
+        entries = [error_entry(exc.code, exc.message) | _limit_of(exc)]
     headers = []
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
@@ -148,6 +148,12 @@ class IngestEndpoint:
         return source_id if self._ingest.is_known(source_id) else UNKNOWN_SOURCE
 
 
+def _limit_of(exc: PlatformError) -> dict[str, Any]:
+    """The setting an alert limit refusal is about, so a sender can size its batches by it."""
+    name, value = getattr(exc, "limit_name", None), getattr(exc, "limit", None)
+    return {"limit": {"name": name, "value": value}} if name is not None else {}
+
+
 def _status(exc: PlatformError) -> int:
     return next(status for cls, status in STATUSES.items() if isinstance(exc, cls))
 
@@ -184,8 +190,10 @@ OPENAPI: dict[str, Any] = {"post": {
             "type": "object", "properties": {"accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
                                              "event_ids": {"type": "array", "items": {"type": "string"}}}}}}},
         "400": _refusal("Not JSON"), "401": _refusal("Bad or missing credentials"),
-        "404": _refusal("Unknown source, or a kind it is not"), "413": _refusal("Body over 1 MiB"),
+        "404": _refusal("Unknown source, or a kind it is not"), "413": _refusal(
+            "Body over 1 MiB, or more alerts than max_alerts_per_request (too_many_alerts, with `limit`)"),
         "422": _refusal("Not the kind's schema (one entry per problem)"),
-        "429": _refusal("Over the source's rate (Retry-After)"),
+        "429": _refusal("Over the source's request rate, or its alerts_per_second (alert_rate_limited, with "
+                        "`limit`); Retry-After; nothing of the request was accepted"),
         "503": _refusal("Broker or Redis unavailable (Retry-After); nothing was accepted")}}}
 """The lane's OpenAPI path item (DESIGN.md §10)."""

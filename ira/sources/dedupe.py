@@ -3,8 +3,9 @@ without touching the store or the broker.
 
 One mark per event, ``<mark> = 1 PX <window>``, lapsing on its own. All marks of a request are
 read (or set) by ONE small server-side script that also counts the request against its
-source's rate window (:mod:`ira.sources.ratelimit`) and looks at no mark when the source is
-over its rate: one command instead of a pipeline of N+2 is what keeps a 100-alert request cheap.
+source's rate window and takes its alerts from the source's alert bucket
+(:mod:`ira.sources.ratelimit`), and looks at no mark when either refuses: one command instead
+of a pipeline of N+3 is what keeps a 100-alert request cheap.
 
 A mark promises "this state is durable", so it is set only once that is true, and how depends
 on the commit point (``ingest.ack``):
@@ -49,36 +50,53 @@ CLAIM, CHECK, MARK = "claim", "check", "mark"
 set them (SET: the events are durable now; nothing is counted)."""
 
 ADMIT_SCRIPT = """
--- Serves n requests of one source, in order. ARGV[1] = n; then per request five values:
--- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k, its op.
--- KEYS: per request, its rate counter and then its k marks.
--- Returns, per request, its count (0 for 'mark') and k flags: 1 = fresh (claim: this call set
--- the mark; check: no mark there; mark: set), 0 = a mark was there or the request is over its
--- rate (then no mark is looked at).
+-- Serves n requests of one source, in order. ARGV[1] = n; then per request eight values:
+-- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k, its op,
+-- the alert bucket's refill per second (0: alerts not counted), its size, now (ms).
+-- KEYS: per request, its rate counter, its alert bucket, then its k marks.
+-- Returns, per request, its count (0 for 'mark'), the ms until the bucket holds its k alerts
+-- (0: taken) and k flags: 1 = fresh (claim: this call set the mark; check: no mark there;
+-- mark: set), 0 = a mark was there or the request was refused (then no mark is looked at).
+local function take(bucket, n, rate, size, now)
+  local held = redis.call('HMGET', bucket, 't', 'at')
+  local tokens, at = tonumber(held[1]), tonumber(held[2])
+  if tokens == nil or at == nil then tokens, at = size, now end
+  if now > at then tokens, at = math.min(size, tokens + (now - at) * rate / 1000), now end
+  local wait = 0
+  if tokens < n then wait = math.max(1, math.ceil((n - tokens) * 1000 / rate)) else tokens = tokens - n end
+  redis.call('HSET', bucket, 't', tostring(tokens), 'at', tostring(at))
+  redis.call('PEXPIRE', bucket, math.ceil(size * 1000 / rate) + 1000)
+  return wait
+end
 local out, key, arg = {}, 1, 2
 for _ = 1, tonumber(ARGV[1]) do
   local limit, marks, op = tonumber(ARGV[arg]), tonumber(ARGV[arg + 3]), ARGV[arg + 4]
-  local count = 0
+  local rate = tonumber(ARGV[arg + 5])
+  local count, wait = 0, 0
   if op ~= 'mark' then
     count = redis.call('INCR', KEYS[key])
     if count == 1 then redis.call('PEXPIRE', KEYS[key], ARGV[arg + 1]) end
+    if count <= limit and rate > 0 and marks > 0 then
+      wait = take(KEYS[key + 1], marks, rate, tonumber(ARGV[arg + 6]), tonumber(ARGV[arg + 7]))
+    end
   end
   out[#out + 1] = count
+  out[#out + 1] = wait
   for i = 1, marks do
     local fresh = 0
     if op == 'mark' then
-      redis.call('SET', KEYS[key + i], '1', 'PX', ARGV[arg + 2])
+      redis.call('SET', KEYS[key + 1 + i], '1', 'PX', ARGV[arg + 2])
       fresh = 1
-    elseif count <= limit then
+    elseif count <= limit and wait == 0 then
       if op == 'claim' then
-        if redis.call('SET', KEYS[key + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
-      elseif redis.call('EXISTS', KEYS[key + i]) == 0 then
+        if redis.call('SET', KEYS[key + 1 + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
+      elseif redis.call('EXISTS', KEYS[key + 1 + i]) == 0 then
         fresh = 1
       end
     end
     out[#out + 1] = fresh
   end
-  key, arg = key + marks + 1, arg + 5
+  key, arg = key + marks + 2, arg + 8
 end
 return out
 """
@@ -88,10 +106,16 @@ MAX_KEYS_PER_CALL = 4096
 
 @dataclass(frozen=True)
 class Admission:
-    """What the edge script answered: the request's count in its window, which marks it set."""
+    """What the edge script answered: the request's count in its window, which marks it set,
+    and how long until the alert bucket could take the request's alerts (0: it took them)."""
 
     count: int
     fresh: list[bool]
+    alert_wait_ms: int = 0
+
+    def check(self, rate: RateWindow) -> None:
+        """Raise the 429 of whichever limit refused the request (nothing of it was marked)."""
+        rate.check(self.count, alerts=len(self.fresh), alert_wait_ms=self.alert_wait_ms)
 
 
 @dataclass(frozen=True)
@@ -104,8 +128,15 @@ class _Ask:
     op: str
     answer: asyncio.Future[Admission]
 
-    def args(self) -> tuple[int, int, int, int, str]:
-        return self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys), self.op
+    def args(self) -> tuple[int, int, int, int, str, float, int, int]:
+        bucket = self.rate.alerts
+        per_second, size = (bucket.per_second, bucket.capacity) if bucket else (0, 0)
+        return (self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys), self.op, per_second, size,
+                self.rate.now_ms)
+
+    def bucket_key(self) -> str:
+        """Its source's alert bucket (a placeholder key under the source's tag when none is counted)."""
+        return self.rate.alerts.key if self.rate.alerts else f"{self.rate.key}:alerts"
 
 
 class EdgeDedupe:
@@ -144,9 +175,9 @@ class EdgeDedupe:
         """Admit this source's waiting requests, a call at a time, until none wait."""
         try:
             while waiting := self._waiting.get(source_id):
-                taken, size = 1, len(waiting[0].keys) + 1
-                while taken < len(waiting) and size + len(waiting[taken].keys) < MAX_KEYS_PER_CALL:
-                    size += len(waiting[taken].keys) + 1
+                taken, size = 1, len(waiting[0].keys) + 2
+                while taken < len(waiting) and size + len(waiting[taken].keys) + 1 < MAX_KEYS_PER_CALL:
+                    size += len(waiting[taken].keys) + 2
                     taken += 1
                 batch = waiting[:taken]
                 del waiting[:taken]
@@ -164,7 +195,7 @@ class EdgeDedupe:
                 self._waiting.pop(source_id, None)
 
     async def _call(self, batch: list[_Ask]) -> None:
-        keys = [key for ask in batch for key in (ask.rate.key, *ask.keys)]
+        keys = [key for ask in batch for key in (ask.rate.key, ask.bucket_key(), *ask.keys)]
         args = [len(batch), *(value for ask in batch for value in ask.args())]
         self.calls += 1
         try:
@@ -176,13 +207,14 @@ class EdgeDedupe:
             return
         at, orphaned = 0, []
         for ask in batch:
-            count, fresh = int(reply[at]), [flag == 1 for flag in reply[at + 1:at + 1 + len(ask.keys)]]
-            at += 1 + len(ask.keys)
+            count, wait = int(reply[at]), int(reply[at + 1])
+            fresh = [flag == 1 for flag in reply[at + 2:at + 2 + len(ask.keys)]]
+            at += 2 + len(ask.keys)
             if ask.answer.done():  # its request was cancelled meanwhile: nobody will produce these
                 if ask.op == CLAIM:
                     orphaned += [key for key, is_fresh in zip(ask.keys, fresh, strict=True) if is_fresh]
             else:
-                ask.answer.set_result(Admission(count=count, fresh=fresh))
+                ask.answer.set_result(Admission(count=count, fresh=fresh, alert_wait_ms=wait))
         if orphaned:
             with contextlib.suppress(EdgeUnavailableError):
                 await self.release(orphaned)

@@ -2,11 +2,13 @@
 
 * DomainError (core)
   + PayloadTooLargeError        body over the size limit (413)
+    - TooManyAlertsError        more alerts in one request than ``max_alerts_per_request`` (413)
   + InvalidMessageError (core)
     - MalformedPayloadError     not JSON at all (400, ``malformed_json``)
     - InvalidPayloadError       JSON, but not the kind's schema; one problem per field (422)
 * TransientError (core)
   + RateLimitedError            the source sent more than its rate (429 + Retry-After)
+    - AlertRateLimitedError     more alerts than its ``alerts_per_second`` bucket holds (429)
   + EdgeUnavailableError        Redis (dedupe marks, rate counters) did not answer (503)
 
 Unknown sources and kinds are core's NotFoundError (404), bad credentials its
@@ -34,6 +36,18 @@ class PayloadTooLargeError(DomainError):
     code = "payload_too_large"
 
 
+class TooManyAlertsError(PayloadTooLargeError):
+    """The request is refused whole; ``limit`` names the setting and its value for the sender."""
+
+    code = "too_many_alerts"
+    limit_name = "max_alerts_per_request"
+
+    def __init__(self, source_id: str, *, count: int, limit: int) -> None:
+        super().__init__(f"the request carries {count} alerts; source {source_id} takes at most {limit} "
+                         f"per request ({self.limit_name})")
+        self.count, self.limit = count, limit
+
+
 class MalformedPayloadError(InvalidMessageError):
     code = "malformed_json"
 
@@ -57,3 +71,13 @@ class RateLimitedError(TransientError):
 
 class EdgeUnavailableError(TransientError):
     code = "edge_unavailable"
+
+
+class AlertRateLimitedError(RateLimitedError):
+    code = "alert_rate_limited"
+    limit_name = "alerts_per_second"
+
+    def __init__(self, source_id: str, *, alerts: int, limit: float, retry_after: timedelta) -> None:
+        TransientError.__init__(self, f"source {source_id} is over its {self.limit_name} ({limit:g}): "
+                                f"{alerts} alert(s) refused, nothing accepted", retry_after=retry_after)
+        self.limit = limit

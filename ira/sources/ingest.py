@@ -1,6 +1,7 @@
 """The ingest use-case: one webhook request in, its events safe, or nothing.
 
-authenticate -> parse and validate -> normalize -> rate limit + dedupe (one Redis call)
+authenticate -> parse and validate -> normalize -> alerts per request (413) -> rate limits
+(requests and alerts) + dedupe (one Redis call)
 -> make every fresh event safe (:mod:`ira.sources.accept`: the store's outbox, or the
 broker's acks) -> 202.
 
@@ -21,12 +22,13 @@ from ira.core.alert import SourceKind
 from ira.core.clock import Clock
 from ira.core.errors import NotFoundError
 from ira.runtime.settings import SourceSettings
+from ira.runtime.settings.ingest import IngestSettings
 from ira.sources import alertmanager, change, generic, grafana
 from ira.sources.accept import Acceptance, Event
 from ira.sources.auth import Credentials, authenticate
 from ira.sources.context import SourceContext
 from ira.sources.dedupe import EdgeDedupe
-from ira.sources.ratelimit import rate_window
+from ira.sources.ratelimit import AlertLimits, rate_window
 
 Normalizer = Callable[[bytes, SourceContext], Sequence[Event]]
 NORMALIZERS: Mapping[SourceKind, Normalizer] = {
@@ -65,8 +67,10 @@ class Ingest:
     """Accepts webhook requests for the configured ``sources``; see the module docstring."""
 
     def __init__(self, *, sources: Sequence[SourceSettings], dedupe: EdgeDedupe, acceptance: Acceptance,
-                 clock: Clock) -> None:
+                 clock: Clock, limits: IngestSettings | None = None) -> None:
         self._sources = {source.id: source for source in sources}
+        defaults = limits or IngestSettings()
+        self._alert_limits = {source.id: AlertLimits.of(source, defaults) for source in sources}
         self._dedupe, self._acceptance, self._clock = dedupe, acceptance, clock
 
     def source(self, kind: str, source_id: str) -> SourceSettings:
@@ -87,8 +91,10 @@ class Ingest:
         ctx = SourceContext(tenant_id=source.tenant, source_id=source.id, source_kind=source.kind,
                             received_at=now, default_environment=source.default_environment)
         events = NORMALIZERS[source.kind](request.body, ctx)
+        alert_limits = self._alert_limits[source.id]
+        alert_limits.check_request(len(events))
         keys = [self._dedupe.key(source.id, event.event_id) for event in events]
-        rate = rate_window(source, now, key_prefix=self._dedupe.source_prefix(source.id))
+        rate = rate_window(source, now, key_prefix=self._dedupe.source_prefix(source.id), alerts=alert_limits)
         accepted = sum(await self._acceptance.accept(rate, events, keys, window=source.dedupe_window))
         return IngestResult(accepted=accepted, duplicates=len(events) - accepted,
                             event_ids=[event.event_id for event in events])

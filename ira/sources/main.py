@@ -63,7 +63,8 @@ def build_lane(
         if publisher is None:
             raise ValueError("ingest.ack: broker needs a publisher")
         acceptance = BrokerAcceptance(dedupe=dedupe, publisher=publisher, topic=topic)
-    ingest = Ingest(sources=settings.sources, dedupe=dedupe, acceptance=acceptance, clock=clock)
+    ingest = Ingest(sources=settings.sources, dedupe=dedupe, acceptance=acceptance, clock=clock,
+                    limits=settings.ingest)
     return ingest_lane(ingest, SourceMetrics.on(registry))
 
 

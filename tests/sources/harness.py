@@ -69,7 +69,8 @@ def settings(**source_overrides: Any) -> Settings:
         {"id": "changes", "kind": "change", "bearer_token": CHANGE_TOKEN, "default_environment": "prod"},
     ]
     return Settings.model_validate({"tenant": TENANT, "sources": [
-        {"rate_limit_per_second": 100_000, **source, **source_overrides} for source in sources]})
+        {"rate_limit_per_second": 100_000, "alerts_per_second": 100_000_000, **source, **source_overrides}
+        for source in sources]})
 
 
 @dataclass

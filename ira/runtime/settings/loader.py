@@ -37,6 +37,8 @@ ENV_KEYS: Mapping[str, str] = {
     "IRA_TRACE_URL": "telemetry.trace_url",
     "IRA_FAULTS": "faults",
     "IRA_INGEST_ACK": "ingest.ack",
+    "IRA_INGEST_MAX_ALERTS_PER_REQUEST": "ingest.max_alerts_per_request",
+    "IRA_INGEST_ALERTS_PER_SECOND": "ingest.alerts_per_second",
     "IRA_NOTIFIER_WEBHOOK_URL": "notifier.webhook_url",
     "IRA_NOTIFIER_WEBHOOK_SECRET": "notifier.webhook_secret",
     "IRA_TICKETS": "tickets.kind",

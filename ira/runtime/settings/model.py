@@ -95,6 +95,11 @@ class SourceSettings(Section):
     default_environment: str | None = None
     """Used for alerts that carry no environment label."""
     rate_limit_per_second: float = Field(default=100.0, gt=0)
+    """Requests per second; one request counts once however many alerts it carries."""
+    max_alerts_per_request: int | None = Field(default=None, ge=1, le=100_000)
+    """None: ``ingest.max_alerts_per_request``."""
+    alerts_per_second: float | None = Field(default=None, gt=0)
+    """None: ``ingest.alerts_per_second``."""
     dedupe_window: Duration = timedelta(minutes=15)
 
     @model_validator(mode="after")
