@@ -1,5 +1,8 @@
 """Incidents: what triage grouped, each alert with its labels, every evaluation with its reason
-(``ignored: cooldown``, ``flapping``, ``silenced by ...``), the runs and the tickets."""
+(``ignored: cooldown``, ``flapping``, ``silenced by ...``), the runs and the tickets.
+
+Alerts are stored as they arrived (no redaction on the per-alert ingest path), so their free
+text (title, labels, annotations) passes the redactor here, where it is shown."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import NotFoundError
 from ira.core.model import Model
+from ira.core.redact import Redactor
 from ira.core.states import IncidentStatus, OperationFact
 from ira.readmodel.rows import view_of
 from ira.readmodel.runs import RunSummary, list_runs
@@ -73,6 +77,8 @@ class IncidentDetail(IncidentView):
 
 
 _COLUMNS = [incidents.c[name] for name in IncidentView.model_fields if name != "tickets"]
+_SHAPES = Redactor()
+"""By shape: the read model knows no configured secret values."""
 
 
 async def list_incidents(
@@ -85,7 +91,7 @@ async def list_incidents(
     rows = (await conn.execute(query.order_by(incidents.c.opened_at.desc(), incidents.c.incident_id.desc())
                                .limit(limit))).all()
     keys = await _tickets(conn, tenant_id, [r.incident_id for r in rows])
-    return [view_of(IncidentView, r, tickets=tuple(keys.get(r.incident_id, ()))) for r in rows]
+    return [view_of(IncidentView, r, tickets=tuple(keys.get(r.incident_id, ())), **_shown(r)) for r in rows]
 
 
 async def incident_detail(conn: AsyncConnection, tenant_id: str, incident_id: str) -> IncidentDetail:
@@ -96,7 +102,7 @@ async def incident_detail(conn: AsyncConnection, tenant_id: str, incident_id: st
         raise NotFoundError(f"no incident {incident_id}")
     keys = await _tickets(conn, tenant_id, [incident_id])
     listed = await list_runs(conn, tenant_id, incident_id=incident_id, limit=100)
-    return view_of(IncidentDetail, row, tickets=tuple(keys.get(incident_id, ())),
+    return view_of(IncidentDetail, row, tickets=tuple(keys.get(incident_id, ())), **_shown(row),
                    alerts=await _alerts(conn, tenant_id, incident_id),
                    evaluations=await _evaluations(conn, tenant_id, incident_id),
                    runs=sorted(listed.runs, key=lambda r: r.created_at))
@@ -106,8 +112,13 @@ async def _alerts(conn: AsyncConnection, tenant_id: str, incident_id: str) -> li
     rows = await conn.execute(
         select(alerts).where(alerts.c.tenant_id == tenant_id, alerts.c.incident_id == incident_id)
         .order_by(alerts.c.received_at, alerts.c.state_at, alerts.c.event_id))
-    return [view_of(AlertView, row, labels=row.payload.get("labels", {}),
-                    annotations=row.payload.get("annotations", {})) for row in rows]
+    return [view_of(AlertView, row, labels=_SHAPES.value(row.payload.get("labels", {})),
+                    annotations=_SHAPES.value(row.payload.get("annotations", {}))) for row in rows]
+
+
+def _shown(row: Any) -> dict[str, Any]:
+    """The incident's free text (its title is the first alert's summary) as it may be shown."""
+    return {"title": _SHAPES.text(row.title), "labels": _SHAPES.value(dict(row.labels or {}))}
 
 
 async def _evaluations(conn: AsyncConnection, tenant_id: str, incident_id: str) -> list[EvaluationView]:

@@ -85,3 +85,18 @@ async def test_the_api_needs_a_known_token(app: FastAPI, token: str | None, stat
 
     assert response.status_code == status
     assert response.json()["errors"][0]["code"] == "unauthenticated"
+
+
+async def test_secrets_in_an_alerts_text_are_masked_where_the_incident_is_shown(app: FastAPI, db: Database) -> None:
+    leaky = alert(labels={"team": "pay"}).model_copy(update={"annotations": {
+        "summary": "payments down, STRIPE_API_KEY=sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+        "description": "curl -H 'Authorization: Bearer abcdef0123456789'"}})
+    opened = await apply(db, handler(FrozenClock(T0)), leaky)
+
+    listed = (await get(app, "/v1/incidents")).text
+    detail = await get(app, f"/v1/incidents/{opened.incident_id}")
+
+    for secret in ("4eC39HqLyjWDarjtT1zdp7dc", "abcdef0123456789"):
+        assert secret not in listed and secret not in detail.text
+    assert detail.json()["title"] == "payments down, STRIPE_API_KEY=[REDACTED]"
+    assert detail.json()["alerts"][0]["labels"]["team"] == "pay"
