@@ -25,7 +25,7 @@ from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck
 from ira.runtime.settings import Settings
-from ira.runtime.wiring import build_dispatcher
+from ira.runtime.wiring import build_dispatcher, set_lag
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -51,7 +51,8 @@ def build_worker(platform: Platform) -> CoordinatorWorker:
         deps, dispatcher, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
         consumer=ConsumerSettings(session_timeout=settings.kafka.session_timeout, fetch_wait=STEP_FETCH_WAIT,
                                   faults=settings.faults),
-        max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o))
+        max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o),
+        on_lag=lambda consumer, lags: set_lag(platform.metrics, consumer, lags))
 
 
 def slack_interactions(platform: Platform, deps: Deps) -> SlackInteractions:

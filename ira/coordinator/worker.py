@@ -43,18 +43,21 @@ class CoordinatorWorker:
         self, deps: Deps, dispatcher: StepDispatcher, *, bootstrap: str, producer: BusProducer,
         consumer: ConsumerSettings = ConsumerSettings(), max_concurrent: int = 16, group_suffix: str = "",
         on_outcome: Callable[[RecordOutcome], None] | None = None,
+        on_lag: Callable[[str, dict[tuple[str, int], int]], None] | None = None,
     ) -> None:
+        """``on_lag(consumer, lags)``: each consumer's lag per (topic, partition), for /metrics."""
         env = deps.config.environment
         prefix, dlq = group_prefix(env), topic_name(Topic.DLQ, env)
         self.deps, self.dispatcher = deps, dispatcher
         self.decisions = ConsumerRunner(
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator{group_suffix}",
             topics=[topic_name(Topic.INCIDENTS, env)], name=DECISIONS_CONSUMER, handler=self._on_decision,
-            producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome)
+            producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
+            on_lag=_named(DECISIONS_CONSUMER, on_lag))
         self.steps = ConsumerRunner(
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-steps{group_suffix}",
             topics=[topic_name(Topic.STEPS, env)], name=STEPS_CONSUMER, handler=self._on_step, producer=producer,
-            dlq_topic=dlq, inbox=False, settings=consumer, on_outcome=on_outcome)
+            dlq_topic=dlq, inbox=False, settings=consumer, on_outcome=on_outcome, on_lag=_named(STEPS_CONSUMER, on_lag))
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -93,3 +96,8 @@ class CoordinatorWorker:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
+
+
+def _named(consumer: str, on_lag: Callable[[str, dict[tuple[str, int], int]], None] | None,
+           ) -> Callable[[dict[tuple[str, int], int]], None] | None:
+    return None if on_lag is None else lambda lags: on_lag(consumer, lags)

@@ -18,6 +18,7 @@ from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck
 from ira.runtime.settings import Settings
+from ira.runtime.wiring import set_lag
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -78,7 +79,8 @@ class NotifierRole:
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
                                          settings=ConsumerSettings(session_timeout=s.kafka.session_timeout,
-                                                                   faults=s.faults))
+                                                                   faults=s.faults),
+                                         on_lag=lambda lags: set_lag(platform.metrics, "notifier", lags))
             await consumer.run(stop)
 
 

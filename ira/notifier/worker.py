@@ -113,6 +113,7 @@ def notifier_consumer(
     notifier: Notifier, *, bootstrap: str, producer: BusProducer, environment: str,
     settings: ConsumerSettings = ConsumerSettings(), group_suffix: str = "",
     on_outcome: Callable[[RecordOutcome], None] | None = None,
+    on_lag: Callable[[dict[tuple[str, int], int]], None] | None = None,
 ) -> ConsumerRunner:
     """The notifier's consumer of ``ira.deliveries.v1``: the delivery row is the dedupe, so the
     consumer keeps no inbox (the first attempt writes the one the scanner reads)."""
@@ -124,4 +125,5 @@ def notifier_consumer(
     return ConsumerRunner(
         bootstrap=bootstrap, group_id=f"{prefix}ira.notifier{group_suffix}",
         topics=[topic_name(Topic.DELIVERIES, environment)], name=DELIVERIES_INBOX, handler=handle, producer=producer,
-        dlq_topic=topic_name(Topic.DLQ, environment), inbox=False, settings=settings, on_outcome=on_outcome)
+        dlq_topic=topic_name(Topic.DLQ, environment), inbox=False, settings=settings, on_outcome=on_outcome,
+        on_lag=on_lag)

@@ -28,6 +28,7 @@ from ira.core.ids import new_event_id
 from ira.core.ports import TopicAdmin
 from ira.runtime.pause import pause
 from ira.runtime.store import effects, outbox, steps, timers
+from ira.runtime.store.backlog import Backlog, read_backlog
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import TIMER_FIRED, step_wakeup
 
@@ -50,6 +51,8 @@ class ScanReport:
     outbox_oldest_age: timedelta | None = None
     unsent: dict[str, tuple[int, timedelta]] = field(default_factory=dict)
     """Per topic: rows waiting for the relay and the oldest one's age."""
+    backlog: Backlog = field(default_factory=Backlog)
+    """Work waiting in SQL: approvals, UNKNOWN Operations, pending deliveries."""
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Scanner:
         async with self.db.reader() as conn:
             report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
             report.unsent = await effects.unsent_by_topic(conn, now=self.clock.now())
+            report.backlog = await read_backlog(conn, now=self.clock.now())
         self.passes += 1
         self.last = report
         self.on_report(report)

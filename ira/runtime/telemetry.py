@@ -137,6 +137,13 @@ class Metrics:
             "ira_outbox_resent", "Sent messages sent again because their consumer had not applied them, per topic",
             ["topic"], registry=r)
 
+        self.waiting = Gauge(
+            "ira_waiting", "Work waiting in the store: approvals for a person (approvals), Operations whose "
+            "outcome is unknown (operations_unknown), deliveries not answered yet (deliveries)", ["queue"], registry=r)
+        self.waiting_oldest_age = Gauge(
+            "ira_waiting_oldest_age_seconds", "Age of the oldest waiting item per queue (0 when empty)", ["queue"],
+            registry=r)
+
     def render(self) -> bytes:
         """The registry in Prometheus text format, for ``GET /metrics``."""
         return generate_latest(self.registry)

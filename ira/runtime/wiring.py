@@ -55,7 +55,8 @@ def build_scanner(platform: Platform) -> Scanner:
 
 
 def record_scan(metrics: Metrics, report: ScanReport, environment: str) -> None:
-    """The outbox's backlog per topic of the environment (0 when drained) and the re-sends."""
+    """The outbox's backlog per topic of the environment (0 when drained), the re-sends, and
+    the work waiting in the store (approvals, UNKNOWN Operations, deliveries)."""
     age = report.outbox_oldest_age
     metrics.outbox_oldest_unsent_age.set(age.total_seconds() if age else 0)
     for topic in (topic_name(t, environment) for t in Topic):
@@ -64,6 +65,11 @@ def record_scan(metrics: Metrics, report: ScanReport, environment: str) -> None:
         metrics.outbox_unsent_age.labels(topic=topic).set(oldest.total_seconds())
     for topic, count in report.resent.items():
         metrics.outbox_resent.labels(topic=topic).inc(count)
+    for queue, waiting in (("approvals", report.backlog.approvals_waiting),
+                           ("operations_unknown", report.backlog.operations_unknown),
+                           ("deliveries", report.backlog.deliveries_pending)):
+        metrics.waiting.labels(queue=queue).set(waiting.count)
+        metrics.waiting_oldest_age.labels(queue=queue).set(waiting.oldest_age.total_seconds())
 
 
 def build_dispatcher(platform: Platform, role: str, handlers: Mapping[str, StepHandler]) -> StepDispatcher:

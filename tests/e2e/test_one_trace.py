@@ -66,6 +66,10 @@ async def spans_of(received: Received, trace_id: str, wanted: set[str]) -> list[
         raise AssertionError(f"{exc}: {missing()}") from exc
 
 
+async def approvals_waiting(client: httpx.AsyncClient) -> bool:
+    return 'ira_waiting{queue="approvals"} 1.0' in (await client.get("/metrics")).text
+
+
 def named(spans: list[SpanRecord], prefix: str) -> list[SpanRecord]:
     return [s for s in spans if s.name.startswith(prefix)]
 
@@ -79,10 +83,16 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
             async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
                 run = await waiting_run(client)
                 trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
+                await eventually(lambda: approvals_waiting(client), timeout=30, interval=0.5,
+                                 message="/metrics counts the approval waiting")
                 await approve_and_complete(client, run["run_id"])
+                metrics = (await client.get("/metrics")).text
         finally:
             await dev.stop()
         spans = await spans_of(received, trace_id, {*EVERY_STEP, "approval wait", "ticket operation"})
+    # every role's consumers report their lag, the coordinator's and the notifier's included
+    for consumer in ("triage", "coordinator", "coordinator-steps", "agents-steps", "notifier"):
+        assert f'ira_consumer_lag_messages{{consumer="{consumer}"' in metrics, consumer
     names = Counter(s.name for s in spans)
     # the ingest request is the root; triage and the coordinator continue it over Kafka
     [root] = [s for s in spans if not s.parent_span_id]

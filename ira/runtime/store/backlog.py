@@ -1,0 +1,47 @@
+"""What is waiting, and since when: approvals for a person, Operations whose outcome nobody
+knows, deliveries not yet answered. Each is a queue that no consumer lag shows (it waits in
+SQL, not on a topic), so the scanner reads their sizes and oldest ages for ``/metrics``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.model import Model
+from ira.core.states import ApprovalState, DeliveryState, OperationFact
+from ira.runtime.store.schema import approvals, deliveries, operations
+
+
+class Queue(Model):
+    count: int = 0
+    oldest_age: timedelta = timedelta(0)
+
+
+class Backlog(Model):
+    approvals_waiting: Queue = Queue()
+    operations_unknown: Queue = Queue()
+    """Operations in UNKNOWN: bytes may have left, the outcome is not confirmed either way."""
+    deliveries_pending: Queue = Queue()
+
+
+async def read_backlog(conn: AsyncConnection, *, now: datetime) -> Backlog:
+    """Every tenant's queues (the operator's view, not a tenant's): three indexed aggregates."""
+    return Backlog(
+        approvals_waiting=await _queue(conn, approvals.c.created_at, approvals.c.state == ApprovalState.PENDING,
+                                       now=now),
+        operations_unknown=await _queue(conn, operations.c.updated_at,
+                                        operations.c.fact_state == OperationFact.UNKNOWN, now=now),
+        deliveries_pending=await _queue(conn, deliveries.c.created_at, deliveries.c.state == DeliveryState.PENDING,
+                                        now=now))
+
+
+async def _queue(conn: AsyncConnection, since: Any, waiting: Any, *, now: datetime) -> Queue:
+    count, oldest = (await conn.execute(select(func.count(), func.min(since)).where(waiting))).one()
+    if not count or oldest is None:
+        return Queue()
+    if oldest.tzinfo is None:  # SQLite hands back naive datetimes
+        oldest = oldest.replace(tzinfo=now.tzinfo)
+    return Queue(count=int(count), oldest_age=max(now - oldest, timedelta(0)))
