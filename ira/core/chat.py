@@ -70,6 +70,8 @@ class ApprovalStatus(Model):
     at: datetime | None = None
     reason: str | None = None
     ticket_key: str | None = None
+    ticket_url: str | None = None
+    """The ticket at its system (Jira, GitHub); None for ira's builtin tickets."""
 
 
 class ChatRef(Model):

@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.chat import ApprovalMessage, ApprovalOutcome, ApprovalStatus, Finding
 from ira.core.errors import NotFoundError
-from ira.core.states import ApprovalState
+from ira.core.states import ApprovalState, OperationFact
 from ira.readmodel.detail import ApprovalView, RunDetail, run_detail
 from ira.readmodel.reports import DraftView, ReportView, draft_view, report_view
+from ira.runtime.store.schema import operations
 
 SUPERSEDING = frozenset({"draft_changed", "resource_changed"})
 """Invalidation reasons that mean a newer draft replaced this one (refusal codes of the gate)."""
@@ -53,8 +55,16 @@ def approval_message(detail: RunDetail, report: ReportView, draft: DraftView, ap
         expires_at=approval.expires_at, run_url=run_url)
 
 
+async def ticket_url(conn: AsyncConnection, tenant_id: str, run_id: str) -> str | None:
+    """The created ticket's address at its system (Jira, GitHub), for the message's link."""
+    o = operations.c
+    return (await conn.execute(select(o.external_url).where(
+        o.tenant_id == tenant_id, o.run_id == run_id, o.fact_state == OperationFact.CONFIRMED_SUCCESS,
+        o.external_url.is_not(None)).limit(1))).scalar()
+
+
 def approval_status(approval: ApprovalView, *, now: datetime, ticket_key: str | None = None,
-                    chat_users: Mapping[str, str] | None = None) -> ApprovalStatus:
+                    chat_users: Mapping[str, str] | None = None, ticket_url: str | None = None) -> ApprovalStatus:
     """What became of ``approval`` as of ``now`` (a pending one past its expiry is expired)."""
     if approval.state == ApprovalState.PENDING:
         if now < approval.expires_at:
@@ -68,4 +78,5 @@ def approval_status(approval: ApprovalView, *, now: datetime, ticket_key: str | 
     return ApprovalStatus(
         outcome=outcome, principal=approval.decided_by, chat_user=(chat_users or {}).get(approval.decided_by or ""),
         at=approval.decided_at, reason=approval.reason if outcome == ApprovalOutcome.REJECTED else None,
-        ticket_key=ticket_key if outcome == ApprovalOutcome.APPROVED else None)
+        ticket_key=ticket_key if outcome == ApprovalOutcome.APPROVED else None,
+        ticket_url=ticket_url if outcome == ApprovalOutcome.APPROVED else None)

@@ -28,7 +28,7 @@ from ira.core.errors import NotFoundError
 from ira.core.ports import ChatPoster
 from ira.core.states import DeliveryState
 from ira.notifier import store
-from ira.notifier.approval_view import approval_status, load_approval
+from ira.notifier.approval_view import approval_status, load_approval, ticket_url
 from ira.notifier.store import Posted
 from ira.runtime.store.database import Database
 
@@ -95,8 +95,9 @@ class SlackChannel:
         async with self._db.reader() as conn:
             msg, approval, detail = await load_approval(conn, n.tenant_id, n.run_id or "", str(n.data["approval_id"]),
                                                         run_url=n.data.get("run_url"))
+            url = await ticket_url(conn, n.tenant_id, n.run_id or "") if detail.ticket else None
         status = approval_status(approval, now=self._clock.now(), ticket_key=detail.ticket,
-                                 chat_users=self._chat_users)
+                                 chat_users=self._chat_users, ticket_url=url)
         return msg, None if status.outcome == ApprovalOutcome.PENDING else status
 
     async def _render(self, posted: Posted) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ira.connectors.slack.interactions import ActionValue
-from ira.connectors.slack.render import SlackMessage, approval_message, report_thread
+from ira.connectors.slack.render import SlackMessage, approval_message, report_thread, status_line
 from ira.core.chat import ApprovalMessage, ApprovalOutcome, ApprovalStatus, Finding
 
 NOW = datetime(2026, 4, 29, 10, 40, tzinfo=UTC)
@@ -102,3 +102,11 @@ def test_the_thread_holds_the_whole_report_in_messages_within_the_limits() -> No
     assert len(thread) > 1 and all(violations(m) == [] for m in thread)
     assert all(f"fact {i} " in joined for i in range(300)) and "hypothesis 79 " in joined
     assert "'''with fences'''" in joined and "```with" not in joined.replace("```line", "")
+
+
+def test_an_approved_message_links_the_ticket_at_its_system() -> None:
+    linked = ApprovalStatus(outcome=ApprovalOutcome.APPROVED, principal="lead", chat_user="U0DEVLEAD", at=NOW,
+                            ticket_key="OPS-12", ticket_url="https://acme.atlassian.net/browse/OPS-12")
+    builtin = linked.model_copy(update={"ticket_url": None, "ticket_key": "INC-1"})
+    assert "→ ticket *<https://acme.atlassian.net/browse/OPS-12|OPS-12>*" in status_line(linked)
+    assert "→ ticket *INC-1*" in status_line(builtin)

@@ -4,6 +4,7 @@ message updated — against the fake Slack Web API on 127.0.0.1 (tests/fakes/sla
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -232,3 +233,21 @@ async def test_an_oversized_interaction_is_refused_unread(db: Database) -> None:
                                        headers=signed_headers(SIGNING_SECRET, body,
                                                               timestamp=int(rig.clock.now().timestamp())))
     assert (answer.status_code, answer.json()["errors"][0]["code"]) == (413, "payload_too_large")
+
+
+async def test_the_answer_does_not_wait_for_slack(db: Database) -> None:
+    """Slack wants the answer within 3 s: telling the clicker and opening the reason modal
+    happen after it, so a slow Slack Web API never delays it."""
+    async with slack_rig(db) as rig:
+        await rig.notify()
+        [posted] = rig.approval_posts()
+        rig.slack.latency = 3.0  # every Web API call now takes 3 s
+        answers = []
+        for body in (rig.click_body(posted, user=VIEWER), rig.click_body(posted, action="reject")):
+            started = time.monotonic()
+            answer = await rig.client.post("/slack/interactions", content=body, headers=signed_headers(
+                SIGNING_SECRET, body, timestamp=int(rig.clock.now().timestamp())))
+            answers.append((answer.status_code, time.monotonic() - started))
+        await rig.settled()
+    assert all(status == 200 and took < 3.0 for status, took in answers), answers
+    assert len(rig.slack.ephemeral) == 1 and len(rig.slack.views) == 1, "the follow-ups ran after the answer"

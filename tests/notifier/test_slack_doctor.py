@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
+from ira.runtime.http import create_app
+from ira.runtime.platform import Platform
 from ira.runtime.process import run_doctor
 from ira.runtime.settings import Settings
 from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, fake_slack
@@ -41,3 +45,15 @@ async def test_doctor_names_a_bad_token_and_a_missing_membership(tmp_path: Path)
 async def test_doctor_leaves_slack_alone_when_it_is_not_configured(tmp_path: Path) -> None:
     lines = await doctor_lines(Settings.model_validate({"database_url": f"sqlite:///{tmp_path}/ira.db"}))
     assert not any(line.startswith("slack") for line in lines)
+
+
+async def test_without_slack_the_interactions_route_is_absent(platform: Platform) -> None:
+    """With no bot token and signing secret (the default), `make run` has no Slack at all."""
+    from ira.coordinator.main import role as coordinator
+    from ira.notifier.main import build_slack_channel
+
+    app = create_app(metrics=platform.metrics, routers=list(coordinator.routers(platform)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ira") as client:
+        answer = await client.post("/slack/interactions", content=b"payload=%7B%7D")
+    assert not platform.settings.slack.enabled and build_slack_channel(platform) is None
+    assert answer.status_code == 404

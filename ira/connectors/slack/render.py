@@ -70,7 +70,9 @@ def status_line(status: ApprovalStatus) -> str:
     """One line on what became of the approval (mrkdwn)."""
     who = f"<@{status.chat_user}> ({status.principal})" if status.chat_user else (status.principal or "someone")
     at = f" at {_clock(status.at)}" if status.at else ""
-    ticket = f" → ticket *{status.ticket_key}*" if status.ticket_key else ""
+    key = _escape(status.ticket_key or "")
+    shown = f"<{status.ticket_url[:MAX_URL]}|{key}>" if status.ticket_url else key
+    ticket = f" → ticket *{shown}*" if status.ticket_key else ""
     lines = {
         ApprovalOutcome.APPROVED: f":white_check_mark: Approved by {who}{at}{ticket or ' → creating the ticket'}",
         ApprovalOutcome.REJECTED: f":x: Rejected by {who}{at}" + (f": {status.reason}" if status.reason else ""),
