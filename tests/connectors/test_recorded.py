@@ -11,6 +11,7 @@ import pytest
 from ira.connectors.bound import ConnectorSet
 from ira.connectors.logs.jsonl import JsonlLogSource
 from ira.connectors.recorded import BundleInfo, NotRecordedError, Recorder, recorded_connectors
+from ira.core.redact import Redactor
 from ira.core.signals import LogLevel, LogQuery
 
 T0 = datetime(2026, 4, 29, 2, 35, tzinfo=UTC)
@@ -43,3 +44,18 @@ async def test_a_recording_replays_shifted_to_the_new_window(tmp_path: Path) -> 
     assert second.lines[0].at == T0 + timedelta(minutes=14) + later
     with pytest.raises(NotRecordedError):
         await replay.logs.search(LogQuery(service="payment-service", start=T0, end=END))
+
+
+async def test_a_recorded_bundle_is_written_without_secrets(tmp_path: Path) -> None:
+    (tmp_path / "app.jsonl").write_text(json.dumps(
+        {"ts": (T0 + timedelta(minutes=1)).isoformat(), "level": "error", "service": "order-service",
+         "message": "connect failed: DB_PASSWORD=hunter2-canary-77 and token tok-configured-9"}) + "\n")
+    recorder = Recorder(redactor=Redactor(["tok-configured-9"]))
+    live = recorder.wrap(ConnectorSet(logs=JsonlLogSource(str(tmp_path / "app.jsonl"))))
+    assert live.logs is not None
+    await live.logs.search(LogQuery(service="order-service", start=T0, end=END, min_level=LogLevel.ERROR))
+    recorder.write(tmp_path / "observations.jsonl")
+
+    written = (tmp_path / "observations.jsonl").read_text()
+    assert "hunter2-canary-77" not in written and "tok-configured-9" not in written
+    assert "connect failed: DB_PASSWORD=[REDACTED]" in written
