@@ -2,6 +2,7 @@
 
 Usage:
   python bench/investigation.py [--out DIR] [--only KIND ...] [--variants N] [--ops N]
+  python bench/investigation.py --held-out [--seed N ...]   # worlds the rules were not written for
 
 Generates the scenario bundles (``ira.infra.scenarios``), then for each one does what ira
 does for the alert: the Alertmanager payload is normalized by the real source adapter, the
@@ -43,7 +44,7 @@ from ira.core.investigation import BranchBinding, BranchKind
 from ira.core.signals import ChangeQuery, LogQuery
 from ira.infra.demo.branches import dispatcher, scratch_db
 from ira.infra.demo.bundle import bundle_connectors, load_bundle
-from ira.infra.scenarios.__main__ import generate
+from ira.infra.scenarios.__main__ import HELD_OUT_SEEDS, generate, generate_held_out
 from ira.runtime.store import artifacts, budget, runs, steps
 from ira.runtime.wakeup import step_wakeup
 from ira.sources.alertmanager import events as alertmanager_events
@@ -220,11 +221,16 @@ async def main() -> None:
     parser.add_argument("--ops", type=int, default=0, help="investigate only the first N scenarios (smoke run)")
     parser.add_argument("--variants", type=int, default=0,
                         help="also N seeded variants per scenario (other names, days, magnitudes, onsets, noise)")
+    parser.add_argument("--held-out", action="store_true",
+                        help="score the held-out worlds (ira.infra.scenarios.heldout) instead")
+    parser.add_argument("--seed", type=int, action="append", help="held-out seed (repeatable; default 1 2 3)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp) / "bundles"
         rows = []
-        for bundle_dir in generate(out, variants=args.variants):
+        bundles = generate_held_out(out, seeds=tuple(args.seed or HELD_OUT_SEEDS)) if args.held_out \
+            else generate(out, variants=args.variants)
+        for bundle_dir in bundles:
             kind = json.loads((bundle_dir / "expectations.json").read_text())["scenario"]["kind"]
             if (args.only and kind not in args.only) or (args.ops and len(rows) >= args.ops):
                 continue
@@ -234,6 +240,9 @@ async def main() -> None:
             row = {"scenario": bundle_dir.name, **score(report, audit, expected, service=str(report.service))}
             rows.append(row)
             print(json.dumps({"bench": "investigation", **row}), flush=True)
+    if args.held_out:
+        summarize(rows, "held_out")
+        return
     summarize(rows, "all")
     summarize([r for r in rows if not VARIANT.search(r["scenario"])], "written")
     summarize([r for r in rows if VARIANT.search(r["scenario"])], "variants")

@@ -297,7 +297,7 @@ def _conflict(ranked: list[Candidate]) -> list[str]:
 def _nothing(symptoms: list[Item], moved: list[Item], negative: list[Item], own: str) -> Candidate:
     if moved:
         c = Candidate(key="symptom", kind="symptom", subject=own, effects=moved + negative, confidence=0.3)
-        c.unverified.append("no change, saturated resource, degraded dependency or cause-naming log line was found")
+        c.unverified.append("no change, saturated resource, degraded dependency or log line naming a cause was found")
         return c
     c = Candidate(key="noise", kind="noise", subject=own, effects=symptoms + negative, confidence=0.5)
     c.unverified.append("a fault outside the observed signals cannot be excluded")
@@ -372,7 +372,7 @@ def _phrase_log(c: Candidate, own: str, onset: datetime | None) -> str:
 
 def _phrase_symptom(c: Candidate, own: str, onset: datetime | None) -> str:
     return (f"{own}: {_peaks(c.effects)} without an identified cause (no change, saturated resource, degraded "
-            "dependency or cause-naming log line found)")
+            "dependency or log line naming a cause found)")
 
 
 def _phrase_noise(c: Candidate, own: str, onset: datetime | None) -> str:

@@ -20,6 +20,14 @@ from ira.infra.scenarios.runbook import INJECTIONS
      "kafka-broker-2.internal"),
     ("NullPointerException in PriceCalculator.apply for cart 9f2", "crash", "NullPointerException"),
     ("job 12 aborted: worker exited with signal 9", "memory", None),
+    # error codes and exception names of other runtimes (Node, Java, Python, Go Kafka clients)
+    ("getaddrinfo ENOTFOUND geo-cache.prod.svc.cluster.local", "dns", "geo-cache.prod.svc.cluster.local"),
+    ("java.net.UnknownHostException: ledger-db.internal", "dns", "ledger-db.internal"),
+    ("connect ECONNREFUSED 10.0.0.7:5432", "unreachable", None),
+    ("Connection to node 2 (events-broker.internal/10.2.3.4:9092) could not be established.", "unreachable",
+     "events-broker.internal"),
+    ("kafka: client has run out of available brokers to talk to (events-broker.internal:9092): EOF", "unreachable",
+     "events-broker.internal"),
 ])
 def test_a_line_naming_a_cause_gives_its_class_and_entity(line: str, cause: str, entity: str | None) -> None:
     found = cause_of(line)

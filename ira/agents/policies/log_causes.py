@@ -29,15 +29,18 @@ CAUSES: tuple[Cause, ...] = (
                      "signal 9", "gc overhead"), "{service} is running out of memory (OOM kills, GC pressure)", 0.5),
     Cause("tls", ("x509", "certificate has expired", "certificate verify failed", "tls handshake", "ssl handshake"),
           "TLS to {entity} fails: certificate problem (expired or not valid)", 0.55),
-    Cause("dns", ("no such host", "nxdomain", "name or service not known", "temporary failure in name resolution",
-                  "could not resolve host"), "DNS resolution of {entity} fails (lookup errors)", 0.55),
+    Cause("dns", ("no such host", "nxdomain", "name or service not known", "name resolution", "could not resolve host",
+                  "unknownhostexception", "enotfound", "eai_again", "servfail", "getaddrinfo"),
+          "DNS resolution of {entity} fails (lookup errors)", 0.55),
     Cause("pool", ("connection is not available", "pool exhausted", "could not acquire connection",
                    "free connection from pool", "too many connections", "pool timeout"),
           "connection pool exhaustion in {service}: requests time out waiting for a connection{at_entity}", 0.55),
     Cause("timeout", ("timed out", "timeout", "deadline exceeded"),
           "{entity} is timing out: calls from {service} exceed their deadline", 0.45),
     Cause("unreachable", ("connection refused", "connection reset", "unreachable", "no route to host",
-                          "broken pipe"), "{entity} is unreachable or drops connections from {service}", 0.45),
+                          "broken pipe", "econnrefused", "econnreset", "ehostunreach", "could not be established",
+                          "out of available", "may not be available"),
+          "{entity} is unreachable or drops connections from {service}", 0.45),
     Cause("crash", ("exception", "panic:", "segmentation fault", "traceback"),
           "new errors in {service} code: {entity}", 0.35),
 )
@@ -64,8 +67,17 @@ def entity_of(message: str, cause: Cause, *, dependencies: tuple[str, ...]) -> s
     if cause.name == "crash":
         found = _EXCEPTION.search(message)
         return found[1] if found else None
-    hosts = [h for h in _HOST.findall(text) if not h.endswith(_FILE_SUFFIXES)]
+    hosts = [h for h in _HOST.findall(text) if not h.endswith(_FILE_SUFFIXES) and not _qualified_name(h)]
     return hosts[0] if hosts else None
+
+
+_PACKAGE_ROOTS = ("java.", "javax.", "jdk.", "sun.", "kotlin.", "scala.", "org.", "com.", "io.", "net.")
+
+
+def _qualified_name(name: str) -> bool:
+    """A dotted name that is code, not a host: a package-qualified class (``java.net.UnknownHostException``)
+    or module path ending in an exception or error (``sqlalchemy.exc.TimeoutError``, lowered here)."""
+    return name.startswith(_PACKAGE_ROOTS) or name.rsplit(".", 1)[-1].endswith(("exception", "error"))
 
 
 def statement(cause: Cause, *, service: str, entity: str | None) -> str:

@@ -122,6 +122,8 @@ class Scenario:
     """Declared in the alert's ``depends_on`` annotation rather than in the service catalog."""
     metrics: dict[tuple[str, str], Curve] = field(default_factory=dict)
     """(service, signal key) -> curve; keys are catalog families or RED names (``latency_p95``)."""
+    extra_metrics: tuple[str, ...] = ()
+    """Metric names the service also has that no query asks for (discovery lists them)."""
     versions: tuple[tuple[str, float], ...] = ()
     """(version, minute it was first seen) of the alerting service."""
     logs: list[LogStream] = field(default_factory=list)

@@ -131,6 +131,8 @@ def _metrics(s: Scenario, rng: random.Random) -> list[Recording]:
             names |= set(sig.needs) if sig else {RED_METRICS[key]}
             series = MetricSeries(labels={}, points=curve.points(rng, start, end, s.alert_at))
             recorded[query] = _range(query, start, end, (series,))
+        if svc == s.service:
+            names |= set(s.extra_metrics)
         if svc == s.service and s.versions:
             names.add("app_version_info")
             recorded[_red("version", svc)] = _range(_red("version", svc), start, end, _versions(s, start, end))
