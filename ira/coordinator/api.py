@@ -23,6 +23,7 @@ from ira.core.model import Model
 from ira.runtime.auth import Principal, authenticated_router, principal_for
 from ira.runtime.bounds import MAX_ID_LENGTH, MAX_REASON_LENGTH, IdPath
 from ira.runtime.http import error_response
+from ira.runtime.session import Sessions
 from ira.runtime.settings import Settings
 
 
@@ -48,7 +49,8 @@ class CloseRepairBody(Model):
 
 def build_router(settings: Settings, deps: Deps) -> APIRouter:
     """``POST /v1/runs/{id}/cancel``, ``/v1/approvals/{id}/decision``, ``/v1/work-items/{id}/close``."""
-    authenticate = principal_for(settings)
+    sessions = Sessions(deps.db, clock=deps.clock, ttl=settings.http.session_ttl)
+    authenticate = principal_for(settings, sessions)
     router = authenticated_router(authenticate, prefix="/v1", tags=["commands"])
     who = Depends(authenticate)
     _actions(router, deps, who)

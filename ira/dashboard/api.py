@@ -17,13 +17,14 @@ from ira.dashboard.stream import event_stream
 from ira.readmodel import detail, events, incidents, reports, runs, tickets
 from ira.runtime.auth import Principal, authenticated_router, principal_for
 from ira.runtime.bounds import MAX_SEQ, IdPath, IdQuery, SeqCursor, parse_seq
+from ira.runtime.session import Sessions
 from ira.runtime.settings import Settings
 from ira.runtime.store import artifacts
 from ira.runtime.store.database import Database
 
 
-def build_read_api(settings: Settings, db: Database) -> APIRouter:
-    authenticate = principal_for(settings)
+def build_read_api(settings: Settings, db: Database, sessions: Sessions | None = None) -> APIRouter:
+    authenticate = principal_for(settings, sessions)
     router = authenticated_router(authenticate, prefix="/v1")
     who = Depends(authenticate)
     _run_reads(router, db, who)

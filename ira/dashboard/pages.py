@@ -9,53 +9,33 @@ its evidence, the draft as it will be filed, and Approve / Reject.
 
 
 from typing import Annotated
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.errors import AuthenticationError, InvalidMessageError, NotFoundError, PermissionDeniedError
+from ira.core.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.templating import render_page
 from ira.readmodel import detail, events, incidents, reports, runs, tickets, work
 from ira.readmodel.channels import channel_problems
-from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_token, csrf_token, request_token
-from ira.runtime.body import body_limit
+from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_request, csrf_token
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import platform_checks, run_checks
+from ira.runtime.session import Sessions
 from ira.runtime.settings import Settings
 
 
-def viewer_for(settings: Settings):  # type: ignore[no-untyped-def]
+def viewer_for(settings: Settings, sessions: Sessions):  # type: ignore[no-untyped-def]
     """A page dependency: the logged-in principal, or a redirect to /login."""
 
-    def viewer(request: Request) -> Principal:
+    async def viewer(request: Request) -> Principal:
         try:
-            return authenticate_token(settings, request_token(request))
+            return await authenticate_request(settings, sessions, request)
         except AuthenticationError as exc:
             raise HTTPException(status_code=303, headers={"Location": "/login"}) from exc
 
     return viewer
-
-
-LOGIN_BODY_LIMIT = 4096
-"""A login form is one token; anything longer is not a login."""
-
-
-class InvalidFormError(InvalidMessageError):
-    """A form body that is not UTF-8 ``application/x-www-form-urlencoded`` (422)."""
-
-    code = "invalid_form"
-
-
-def form_field(body: bytes, name: str) -> str:
-    """One field of an urlencoded form, strictly UTF-8 (raw and percent-decoded); "" when absent."""
-    try:
-        fields = parse_qs(body.decode("utf-8"), max_num_fields=8, errors="strict")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidFormError("the form must be UTF-8 application/x-www-form-urlencoded") from exc
-    return fields.get(name, [""])[0].strip()
 
 
 def may_decide(viewer: Principal) -> bool:
@@ -66,40 +46,13 @@ def may_decide(viewer: Principal) -> bool:
     return True
 
 
-def build_login(settings: Settings) -> APIRouter:
-    router = APIRouter(include_in_schema=False)
-
-    @router.get("/login")
-    async def login_form(error: str | None = None) -> HTMLResponse:
-        return render_page("login.html", error=error)
-
-    @router.post("/login", openapi_extra=body_limit(LOGIN_BODY_LIMIT))
-    async def login(request: Request) -> Response:
-        token = form_field(await request.body(), "token")
-        try:
-            authenticate_token(settings, token)
-        except AuthenticationError:
-            return RedirectResponse("/login?error=unknown+token", status_code=303)
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/")
-        return response
-
-    @router.post("/logout")
-    async def logout() -> Response:
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
-        return response
-
-    return router
-
-
 async def waiting_count(conn: AsyncConnection, tenant_id: str) -> int:
     return len(await work.open_work_items(conn, tenant_id))
 
 
-def build_pages(platform: Platform) -> APIRouter:
+def build_pages(platform: Platform, sessions: Sessions) -> APIRouter:
     router = APIRouter(include_in_schema=False)
-    Viewer = Annotated[Principal, Depends(viewer_for(platform.settings))]
+    Viewer = Annotated[Principal, Depends(viewer_for(platform.settings, sessions))]
     db = platform.db
 
     @router.get("/")
@@ -150,7 +103,7 @@ def build_pages(platform: Platform) -> APIRouter:
             draft = await _or_none(reports.draft_view(conn, viewer.tenant_id, run_id))
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("run.html", viewer=viewer, run=run, events=log.events, report=report, draft=draft,
-                           may_decide=may_decide(viewer), csrf=csrf_token(request_token(request)), asks=asks,
+                           may_decide=may_decide(viewer), csrf=_csrf(request), asks=asks,
                            nav="runs", trace_link=platform.settings.telemetry.link(run.trace_id))
 
     @router.get("/health")
@@ -174,3 +127,9 @@ async def _or_none(read):  # type: ignore[no-untyped-def]
         return await read
     except NotFoundError:
         return None
+
+
+def _csrf(request: Request) -> str:
+    """The page's X-Ira-CSRF value, bound to its session (none for a bearer-token reader)."""
+    session_id = request.cookies.get(SESSION_COOKIE)
+    return csrf_token(session_id) if session_id else ""

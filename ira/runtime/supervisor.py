@@ -80,7 +80,10 @@ def install_stop_signals(supervision: Supervision) -> None:
 def build_http(
     platform: Platform, route_roles: Sequence[Role], supervision: Supervision, tracer_provider: object | None = None,
 ) -> uvicorn.Server:
-    """The HTTP server: ops endpoints plus the routes of ``route_roles``, behind the gate."""
+    """The HTTP server: ops endpoints plus the routes of ``route_roles``, behind the gate.
+
+    uvicorn's own proxy-header rewriting is off: which proxy to believe is ira's setting
+    (``http.trusted_proxies``), not uvicorn's default trust of 127.0.0.1."""
     routers = [router for role in route_roles for router in role.routers(platform)]
     checks = {**platform_checks(platform), "serving": serving_check(supervision.gate.is_open),
               "roles": duties_check(supervision.roster)}
@@ -89,7 +92,7 @@ def build_http(
                      tracer_provider=tracer_provider, body_timeout=http.body_timeout)  # type: ignore[arg-type]
     config = uvicorn.Config(supervision.gate.wrap(app), host=http.host, port=http.port, log_config=None,
                             access_log=False, lifespan="off", timeout_graceful_shutdown=5,
-                            http=header_deadline(http.header_timeout))
+                            http=header_deadline(http.header_timeout), proxy_headers=False)
     return _Server(config)
 
 

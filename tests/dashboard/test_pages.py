@@ -17,6 +17,7 @@ from ira.dashboard.main import role
 from ira.runtime.auth import SESSION_COOKIE, Principal, csrf_token, principal_for
 from ira.runtime.http import create_app
 from ira.runtime.platform import Platform
+from ira.runtime.session import Sessions
 from ira.runtime.store import runs
 from tests.contracts.test_store import new_run
 from tests.serving import serve
@@ -29,8 +30,10 @@ async def client(platform: Platform) -> AsyncIterator[httpx.AsyncClient]:
     """The dashboard served by a real uvicorn on loopback (SSE needs a real streaming server)."""
     probe = APIRouter()
 
+    sessions = Sessions(platform.db, clock=platform.clock)
+
     @probe.post("/v1/probe")
-    async def changed(caller: Principal = Depends(principal_for(platform.settings))) -> dict[str, str]:
+    async def changed(caller: Principal = Depends(principal_for(platform.settings, sessions))) -> dict[str, str]:
         return {"by": caller.name}
 
     app = create_app(metrics=platform.metrics, routers=[*role.routers(platform), probe])
@@ -123,7 +126,7 @@ async def test_cookie_changes_need_the_csrf_header(client: httpx.AsyncClient) ->
     await login(client)
     refused = await client.post("/v1/probe")
     assert refused.status_code == 403 and refused.json()["errors"][0]["code"] == "forbidden"
-    allowed = await client.post("/v1/probe", headers={"x-ira-csrf": csrf_token(ADMIN)})
+    allowed = await client.post("/v1/probe", headers={"x-ira-csrf": csrf_token(client.cookies[SESSION_COOKIE])})
     assert allowed.status_code == 200 and allowed.json() == {"by": "admin"}
 
 

@@ -4,6 +4,8 @@
   const list = document.getElementById("events");
   if (!list) return;
   const runId = list.dataset.run;
+  // The CSRF value is in a <meta> tag: the page's Content-Security-Policy allows no inline script.
+  const csrf = (document.querySelector('meta[name="ira-csrf"]') || {}).content || "";
   const live = document.getElementById("live");
   const source = new EventSource(`/v1/runs/${encodeURIComponent(runId)}/events/stream?after=${list.dataset.after}`);
   let refreshSoon = null;
@@ -93,7 +95,7 @@
         const response = await fetch(`/v1/approvals/${encodeURIComponent(card.dataset.approval)}/decision`, {
           method: "POST",
           credentials: "same-origin",
-          headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },
+          headers: { "Content-Type": "application/json", "X-Ira-CSRF": csrf },
           body: JSON.stringify({ decision: button.dataset.decision, reason: reason || null }),
         });
         const body = await response.json().catch(() => ({}));
@@ -124,7 +126,7 @@
     const response = await fetch(action, {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Ira-CSRF": window.IRA_CSRF },
+      headers: { "Content-Type": "application/json", "X-Ira-CSRF": csrf },
       body: JSON.stringify(data),
     });
     const body = await response.json().catch(() => ({}));

@@ -73,6 +73,12 @@ class HttpSettings(Section):
     """A request's headers must arrive within this (slow clients are cut off)."""
     body_timeout: Duration = timedelta(seconds=30)
     """Longest wait for the next piece of a request body."""
+    session_ttl: Duration = timedelta(hours=12)
+    """How long a dashboard login lasts."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Peer addresses whose ``X-Forwarded-Proto: https`` makes the session cookie ``Secure``."""
+    login_failures_per_minute: int = Field(default=10, ge=1)
+    """Failed logins a client may make in a minute before ``/login`` answers 429."""
 
 
 class KafkaSettings(Section):

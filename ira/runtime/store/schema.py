@@ -326,3 +326,18 @@ timers = Table(
     PrimaryKeyConstraint("tenant_id", "timer_id"),
     Index("ix_timers_due", "fired_at", "due_at"),
 )
+
+sessions = Table(
+    "sessions", metadata,
+    _tenant(),
+    Column("session_hash", String(64), nullable=False),
+    Column("principal", String(200), nullable=False),
+    Column("token_digest", String(64), nullable=False),
+    Column("created_at", _tz(), nullable=False),
+    Column("expires_at", _tz(), nullable=False),
+    Column("revoked_at", _tz()),
+    PrimaryKeyConstraint("tenant_id", "session_hash"),
+    Index("ix_sessions_hash", "session_hash"),
+)
+"""Dashboard sessions: the SHA-256 of the cookie (a database read yields no usable cookie) and
+the digest of the API token that logged in, so removing a token from the config ends its sessions."""
