@@ -55,7 +55,7 @@ from ira.connectors.slack.interactions import (
     parse_interaction,
 )
 from ira.coordinator import gate
-from ira.coordinator.approval import Choice, Judgement, RefusalCode, Shown, Verdict
+from ira.coordinator.approval import Choice, Judgement, RefusalCode, Shown, Verdict, has_role
 from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
 from ira.coordinator.slack_review import SlackReview
@@ -120,7 +120,7 @@ class SlackInteractions:
         click = Click(user=payload.user.id, value=value, choice=Choice(action.action_id),
                       key=f"{value.approval_id}:{payload.user.id}:{action.action_ts}",
                       channel_id=payload.container.channel_id, message_ts=payload.container.message_ts)
-        if click.choice == Choice.REJECT and payload.trigger_id and self._settings.slack_approver(click.user):
+        if click.choice == Choice.REJECT and payload.trigger_id and self._may_decide(click.user):
             self._later(self._ask_reason(click, payload.trigger_id))  # the decision comes with the modal
             return Response(status_code=200)
         await self._settle(click)
@@ -186,6 +186,13 @@ class SlackInteractions:
                 await gate.expire(conn, tenant, approval_id, config=self._deps.config, at=self._deps.clock.now())
         except ConcurrentUpdateError:
             log.info("approval %s was expired concurrently (its timer)", approval_id)
+
+    def _may_decide(self, user: str) -> bool:
+        """Worth asking for a reason: a mapped user with the approver role (anyone else's click
+        is decided at once, so its refusal is recorded and told without a dialog first)."""
+        approver = self._settings.slack_approver(user)
+        return approver is not None and has_role(frozenset(r.value for r in approver.roles),
+                                                 self._deps.config.approver_role)
 
     def _why(self, user: str, judgement: Judgement) -> str:
         if self._settings.slack_approver(user) is None:

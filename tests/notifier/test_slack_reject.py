@@ -14,7 +14,7 @@ from ira.runtime.store.database import Database
 from tests.coordinator.test_approvals import approval_of, events_of
 from tests.fakes.slack import SIGNING_SECRET
 from tests.fakes.slack_interactions import buttons_of, signed_headers, view_submission_body
-from tests.notifier.slack_rig import LEAD, STRANGER, SlackRig, slack_rig
+from tests.notifier.slack_rig import LEAD, STRANGER, VIEWER, SlackRig, slack_rig
 
 REASON = "duplicate of INC-7, already being handled"
 
@@ -58,15 +58,23 @@ async def test_when_slack_will_not_open_the_modal_the_draft_is_rejected_without_
     assert told["user"] == LEAD and "expired_trigger_id" in told["text"] and "without a reason" in told["text"]
 
 
-async def test_an_unmapped_users_reject_opens_no_modal_and_is_refused(db: Database) -> None:
+@pytest.mark.parametrize(("user", "principal", "told"), [
+    (STRANGER, f"slack:{STRANGER}", "not mapped"),
+    (VIEWER, "viewer", "role_missing"),
+])
+async def test_a_reject_by_someone_who_may_not_decide_opens_no_modal_and_is_refused(
+    db: Database, user: str, principal: str, told: str,
+) -> None:
     async with slack_rig(db) as rig:
         await rig.notify()
         [posted] = rig.approval_posts()
-        answer = await rig.click(posted, user=STRANGER, action="reject")
+        answer = await rig.click(posted, user=user, action="reject")
     assert answer.status_code == 200 and rig.slack.views == []
     assert (await approval_of(db, rig.approval_id)).state == ApprovalState.PENDING
-    [told] = rig.slack.ephemeral
-    assert told["user"] == STRANGER and "not mapped" in told["text"]
+    [refused] = await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")
+    assert (refused["principal"], refused["code"], refused["decision"]) == (principal, "role_missing", "reject")
+    [ephemeral] = rig.slack.ephemeral
+    assert ephemeral["user"] == user and told in ephemeral["text"]
 
 
 def forged(rig: SlackRig, body: bytes) -> tuple[bytes, dict[str, str]]:
