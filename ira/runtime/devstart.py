@@ -49,12 +49,23 @@ def clear_data_dir(settings: Settings) -> Path | None:
     return data_dir
 
 
+def _sources_line(settings: Settings) -> str:
+    """Which investigator branches a run gets: only those whose data source is configured."""
+    found = settings.agents.configured_sources()
+    if not found:
+        return ("  sources     none configured: runs draft the ticket from the alert alone "
+                "(set agents.prometheus, agents.loki or agents.jsonl_logs, agents.runbooks_dir)")
+    missing = sorted({"metrics", "logs", "runbooks"} - found)
+    unset = f"   (not configured: {', '.join(missing)})" if missing else ""
+    return f"  sources     {', '.join(sorted(found))}{unset}"
+
+
 def ready_block(settings: Settings, *, url: str, demo: bool) -> str:
     """Where to go, how to log in, what the demo does, how to stop and start over."""
     token = next((t.token.get_secret_value() for t in settings.api_tokens if "admin" in t.roles), None)
     lines = ["", f"  ira is running at {url}", "",
              f"  dashboard   {url}/" + (f"   log in with the token {token}" if token else ""),
-             f"  API docs    {url}/docs"]
+             f"  API docs    {url}/docs", _sources_line(settings)]
     if demo:
         lines += ["  the demo    replays incident ALR-20260429-017: order-service slows down after a deploy.",
                   "              In about a minute a ticket draft waits for you under \"Needs a human\";",
