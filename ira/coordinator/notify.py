@@ -33,11 +33,13 @@ async def request_notification(
     """Store the notification and its delivery row; return the outbox message for the commit.
 
     ``run_version`` is the version the caller's commit will give the run (one above the
-    version it read), so a receiver can tell which state the notification describes.
+    version it read), so a receiver can tell which state the notification describes. Its data
+    passes the redactor: it leaves for a webhook or a chat as stored.
     """
     notification = Notification(notification_id=new_id("ntf"), tenant_id=run.tenant_id, run_id=run.run_id,
                                 run_version=run.state_version + 1, kind=kind,
-                                data={"run_url": config.run_url(run.run_id), **data}, created_at=at)
+                                data=config.redactor.value({"run_url": config.run_url(run.run_id), **data}),
+                                created_at=at)
     ref = await put_artifact(conn, run.tenant_id, notification.model_dump_json().encode(),
                              media_type="application/json", max_bytes=config.artifact_max_bytes, at=at)
     await records.insert_delivery(conn, tenant_id=run.tenant_id, notification_id=notification.notification_id,
