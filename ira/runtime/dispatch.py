@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy import func, select
 
 from ira.core.clock import Clock
@@ -80,6 +81,13 @@ class StepDispatcher:
         await self._run_claimed(ctx)
 
     async def _claim(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
+        with runtrace.tracer().start_as_current_span("claim step", kind=SpanKind.CLIENT, attributes={
+                "db.operation.name": "claim", "ira.run_id": run_id, "ira.step_id": step_id}) as span:
+            ctx = await self._claim_in_store(tenant_id, run_id, step_id)
+            span.set_attribute("ira.claim.won", ctx is not None)
+            return ctx
+
+    async def _claim_in_store(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
         async with self.db.transaction() as conn:
             claim = await steps.claim_step(conn, tenant_id, run_id, step_id, owner=self.owner, lease=self.lease,
                                            now=self.clock.now())

@@ -6,16 +6,20 @@ keeps its trace through a kill -9 and a restart while it waits for approval.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from ira.infra.demo.bundle import load_bundle
 from tests.e2e.devprocess import DevProcess
 from tests.eventually import eventually
 from tests.otlp import Received, SpanRecord, otlp_receiver
+from tests.sources.harness import AM, AM_TOKEN
 
 ADMIN = {"authorization": "Bearer dev-admin-token"}
 SECRETS = ("dev-admin-token", "dev-viewer-token", "dev-lead-token")
@@ -66,6 +70,22 @@ async def spans_of(received: Received, trace_id: str, wanted: set[str]) -> list[
         raise AssertionError(f"{exc}: {missing()}") from exc
 
 
+async def post_follow_up(client: httpx.AsyncClient) -> None:
+    """A second alert of the demo's group (another instance), firing now: a follow-up."""
+    [event] = [e for e in load_bundle().events if e.kind == "alertmanager"]
+    payload = json.loads(json.dumps(event.payload))
+    [alert] = payload["alerts"]
+    alert.update(startsAt=datetime.now(UTC).isoformat().replace("+00:00", "Z"), fingerprint="0a0b0c0d0e0f1011",
+                 labels={**alert["labels"], "instance": "order-2"})
+    answer = await client.post(AM, json=payload, headers={"authorization": f"Bearer {AM_TOKEN}"})
+    assert answer.status_code == 202, answer.text
+
+
+async def delivered(client: httpx.AsyncClient, run_id: str) -> bool:
+    events = (await client.get(f"/v1/runs/{run_id}/events")).json()["events"]
+    return any(e["type"] == "ALERT_DELIVERED" for e in events)
+
+
 async def approvals_waiting(client: httpx.AsyncClient) -> bool:
     return 'ira_waiting{queue="approvals"} 1.0' in (await client.get("/metrics")).text
 
@@ -85,6 +105,9 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
                 trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
                 await eventually(lambda: approvals_waiting(client), timeout=30, interval=0.5,
                                  message="/metrics counts the approval waiting")
+                await post_follow_up(client)
+                await eventually(lambda: delivered(client, run["run_id"]), timeout=60, interval=0.5,
+                                 message="the follow-up alert reaches the run")
                 await approve_and_complete(client, run["run_id"])
                 metrics = (await client.get("/metrics")).text
         finally:
@@ -100,13 +123,18 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
     assert any("process" in s.name and "alerts" in s.name for s in spans), names
     assert named(spans, "execute_tool"), names
     assert named(spans, "deliver "), names
-    assert named(spans, "cas commit"), names
+    assert named(spans, "cas commit") and named(spans, "claim step"), names
     # the person's decision stays its own request's trace, linked from the wait
     [wait] = named(spans, "approval wait")
     assert wait.attributes["ira.approval.outcome"] == "approved" and wait.attributes["ira.approval.decider"]
     assert wait.links and all(t != trace_id for t, _ in wait.links)
     decision = [s for s in received.snapshot() if (s.trace_id, s.span_id) in set(wait.links)]
     assert decision and decision[0].name.startswith("POST /v1/approvals"), [s.name for s in decision]
+    # the follow-up alert keeps its own request's trace; the run's trace links to it
+    [update] = named(spans, "incident update")
+    assert update.links and all(t != trace_id for t, _ in update.links)
+    follow_up_trace = update.links[0][0]
+    assert {s.name for s in received.trace(follow_up_trace)} >= {"POST /v1/sources/{kind}/{source_id}"}
     [ticket] = named(spans, "ticket operation")
     assert ticket.attributes["ira.operation.path"] == "created"
     every_value = repr([s.attributes for s in received.snapshot()])
