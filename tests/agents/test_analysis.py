@@ -53,3 +53,21 @@ def test_split_is_before_the_alert_start_or_the_middle() -> None:
     assert with_start.split_at == T0 + timedelta(minutes=23)
     without = BranchTask(kind=BranchKind.LOGS, run_id="r", step_id="logs", binding=binding(BranchKind.LOGS, start, end))
     assert without.split_at == T0 + timedelta(minutes=15)
+
+
+def test_the_digest_an_llm_sees_gives_each_series_shift_and_onset() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from ira.agents.model import Observation
+    from ira.agents.policies.digest import digest
+
+    t0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    points = [[(t0 + timedelta(minutes=m)).isoformat(), 0.2 if m < 20 else 2.4] for m in range(30)]
+    data = {"query": "p95", "start": t0.isoformat(), "end": (t0 + timedelta(minutes=29)).isoformat(),
+            "step_seconds": 60.0, "series": [{"labels": {"service": "geo"}, "points": points}]}
+    seen = digest(Observation(tool="prometheus.query_range", ok=True, summary="p95", data=data),
+                  split_at=t0 + timedelta(minutes=15))
+    assert seen is not None
+    [shift] = seen["shifts"]
+    assert (shift["baseline"], shift["peak"], shift["onset"]) == (0.2, 2.4, "2026-05-01T12:20:00Z")
+    assert digest(Observation(tool="runbooks.search", ok=True, summary="", data={}), split_at=t0) is None
