@@ -220,7 +220,8 @@ async def test_an_llm_branch_cites_evidence_refs_and_its_hypotheses_carry_them(d
     [shown] = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "tool"]
     assert shown.startswith('{"turn": 1, "evidence_ref": "logs-1-obs", "tool": "logs.search", "ok": true')
     analysis = shown[shown.index('"analysis": '):shown.index('"data": ')]  # the rules' analysis, ahead of the data
-    assert '"template": "db pool timeout: could not acquire connection within <n> (pool size <n>, in use <n>)"' in analysis
+    template = "db pool timeout: could not acquire connection within <n> (pool size <n>, in use <n>)"
+    assert f'"template": "{template}"' in analysis
     assert '"cause": "pool"' in analysis
     finish_tool = next(t for t in fake.requests[1]["tools"] if t["function"]["name"] == "finish")
     assert "Evidence you may cite: logs-1-obs (turn 1:" in finish_tool["function"]["description"]
