@@ -1,12 +1,14 @@
 """Canary secrets: planted where secrets really turn up, they never leave ira (issue #16).
 
 Given distinct random canaries in an env-style assignment echoed by a log line
-(``STRIPE_API_KEY=sk_live_<canary>``), a configured API token echoed bare by a log line and a
-runbook, an alert's annotations (and so its title), a runbook's PEM key and Slack token, and
-an approver's reason; when a real run goes end to end (coordinator and real agents on the
-store, the logs branch driven by an LLM through the fake OpenAI server, the runbooks branch by
-rules, Slack as the approval channel, the builtin ticket system); then no canary is in any
-artifact, run event, log line, exported span, model request, the ticket, or a Slack call.
+(``STRIPE_API_KEY=sk_live_<canary>``), a configured API token (config file) and the Slack
+signing secret (``IRA_SLACK_SIGNING_SECRET``) echoed bare by a log line and a runbook, an
+alert's annotations (and so its title), a runbook's PEM key and Slack token, an approver's
+reason and the model's own tool arguments; when a real run goes end to end (coordinator and
+real agents on the store, the logs branch driven by an LLM through the fake OpenAI server, the
+runbooks branch by rules, Slack as the approval channel, the builtin ticket system); then no
+canary is in any artifact, run event, log line, exported span, model request, the ticket, or
+a Slack call. With the redactor disabled, every one of those sinks carries some.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
@@ -42,7 +45,7 @@ from ira.notifier.webhook import NoChannel
 from ira.notifier.worker import Notifier
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.logs import configure_logging
-from ira.runtime.settings import Settings
+from ira.runtime.settings import Settings, load_settings
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import artifacts, events
 from ira.runtime.telemetry import setup_tracing, shutdown_tracing
@@ -66,7 +69,9 @@ class Canaries:
     env_log: str = field(default_factory=_canary)
     """``STRIPE_API_KEY=sk_live_<canary>`` in a log line."""
     configured: str = field(default_factory=_canary)
-    """A configured API token, echoed bare (no ``key=``) by a log line and a runbook."""
+    """A configured API token (config file), echoed bare (no ``key=``) by a log line and a runbook."""
+    from_env: str = field(default_factory=_canary)
+    """The Slack signing secret, set by ``IRA_SLACK_SIGNING_SECRET``, echoed bare by a log line."""
     annotation: str = field(default_factory=_canary)
     """``DB_PASSWORD=<canary>`` in the alert's summary (and so the incident title)."""
     annotation_auth: str = field(default_factory=_canary)
@@ -97,6 +102,7 @@ def plant_logs(path: Path, c: Canaries) -> Path:
              for i in range(10)]
     rows += [_log_line(3, "error", f"payment client init failed: STRIPE_API_KEY=sk_live_{c.env_log} rejected"),
              _log_line(2.5, "error", f"upstream auth refused credential {c.configured}"),
+             _log_line(2.2, "error", f"webhook verification used {c.from_env}"),
              _log_line(2, "error", f"git fetch failed with ghp_{c.log_token}0123")]
     path.write_text("".join(rows))
     return path
@@ -113,7 +119,14 @@ def plant_runbooks(directory: Path, c: Canaries) -> Path:
 
 
 def canary_settings(tmp_path: Path, c: Canaries, *, llm_url: str, slack_url: str) -> Settings:
-    return Settings.model_validate({
+    """A config file (JSON is YAML) with the environment on top, as ``ira`` loads it."""
+    path = tmp_path / "ira.yaml"
+    path.write_text(json.dumps(canary_config(tmp_path, c, llm_url=llm_url, slack_url=slack_url)))
+    return load_settings({"IRA_CONFIG": str(path), "IRA_SLACK_SIGNING_SECRET": c.from_env})
+
+
+def canary_config(tmp_path: Path, c: Canaries, *, llm_url: str, slack_url: str) -> dict[str, Any]:
+    return {
         "database_url": "sqlite:///unused.db", "tenant": "acme",
         "api_tokens": [{"token": LEAD_TOKEN, "principal": "lead", "roles": ["approver"]},
                        {"token": c.configured, "principal": "bot", "roles": ["viewer"]}],
@@ -124,7 +137,7 @@ def canary_settings(tmp_path: Path, c: Canaries, *, llm_url: str, slack_url: str
                    "runbooks_dir": str(plant_runbooks(tmp_path / "runbooks", c)),
                    "logs": {"policy": "llm", "provider": "fake"},
                    "llm_providers": [{"name": "fake", "kind": "openai", "model": "gpt-fake",
-                                      "base_url": f"{llm_url}/v1", "api_key": "sk-fake-provider-key-0000"}]}})
+                                      "base_url": f"{llm_url}/v1", "api_key": "sk-fake-provider-key-0000"}]}}
 
 
 def canary_decision(c: Canaries) -> IncidentDecision:
