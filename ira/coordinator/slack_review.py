@@ -37,7 +37,7 @@ from ira.connectors.slack.interactions import (
     ModalContext,
     ViewSubmission,
 )
-from ira.coordinator import control
+from ira.coordinator import control, records
 from ira.coordinator.approval import has_role
 from ira.coordinator.deps import Deps
 from ira.coordinator.reconcile import close_with_note
@@ -75,7 +75,8 @@ class SlackReview:
             return
         if action.action_id == CLOSE_REPAIR:
             context = ModalContext(value=action.value, channel_id=channel, message_ts=payload.container.message_ts)
-            self._later(self._ask_note(payload.trigger_id, context, user))
+            self._later(self._ask_note(payload.trigger_id, context, user,
+                                       tenant=approver.tenant or self._settings.tenant))
             return
         tenant = approver.tenant or self._settings.tenant
         try:
@@ -137,11 +138,19 @@ class SlackReview:
                       config=self._deps.config, at=now)
         return True
 
-    async def _ask_note(self, trigger_id: str | None, context: ModalContext, user: str) -> None:
+    async def _ask_note(self, trigger_id: str | None, context: ModalContext, user: str, *, tenant: str) -> None:
+        """The close dialog, with what to look up (the work item's suggested query) as the run page shows it."""
+        try:
+            async with self._deps.db.reader() as conn:
+                facts = (await records.get_work_item(conn, tenant, context.value))["facts"] or {}
+        except NotFoundError:
+            facts = {}
+        lookup = f"\nLook it up: `{facts['suggested_query']}`" if facts.get("suggested_query") else ""
         modal = render.text_modal(
             callback_id=CLOSE_REPAIR, title="Close manual repair", submit="Close", block_id=NOTE, optional=False,
             intro="Say what you found in the ticket system. The note is kept as the evidence, and the run "
-                  "resumes from it: with the ticket's key the ticket counts as created, without it as not created.",
+                  "resumes from it: with the ticket's key the ticket counts as created, without it as not created."
+                  + lookup,
             label="What you found", metadata=context.encode(), max_length=NOTE_MAX,
             extra_inputs=[render.line_input(EXTERNAL_REF, "The ticket's key, if it exists (e.g. INC-77)",
                                             optional=True, max_length=EXTERNAL_REF_MAX)])

@@ -140,6 +140,7 @@ async def test_close_with_note_opens_a_modal_whose_submission_closes_the_repair(
         state = await run_of(rig)
     assert refused.status_code == 200 and "lacks the approver role" in rig.slack.ephemeral[0]["text"]
     assert view["callback_id"] == "close_repair"
+    assert f"Look it up: `{repair['facts']['suggested_query']}`" in json.dumps(view["blocks"])
     assert too_short.json()["response_action"] == "errors", "Slack shows the error in the dialog"
     assert closing.status_code == 200
     assert (op.fact_state, op.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-77")
