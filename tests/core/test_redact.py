@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ira.core.redact import MASK, Redactor
 
@@ -72,3 +74,32 @@ def test_values_keep_their_structure_and_mask_secret_named_keys() -> None:
 def test_masking_twice_changes_nothing() -> None:
     once = Redactor(["dev-am-token"]).text(f"Authorization: Bearer dev-am-token PASSWORD={CANARY}")
     assert Redactor(["dev-am-token"]).text(once) == once
+
+
+_SECRET_CHARS = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./+", min_size=8,
+                        max_size=40)
+_FORMS = ("STRIPE_API_KEY={s}", "export GITHUB_TOKEN={s}", "DB_PASSWORD: {s}", 'json {{"api_key": "{s}"}}',
+          "Authorization: Bearer {s}", "password={s}&next=1", "postgres://u:{s}@h/db", "{s}")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(secret=_SECRET_CHARS, form=st.sampled_from(_FORMS), before=st.text(max_size=30), after=st.text(max_size=30))
+def test_a_secret_in_any_surrounding_text_is_masked_and_masking_is_stable(
+    secret: str, form: str, before: str, after: str
+) -> None:
+    """Shape forms mask their value; a bare value is masked because it is configured."""
+    redactor = Redactor([secret])
+    text = f"{before} {form.format(s=secret)} {after}"
+    once = redactor.text(text)
+    assert secret not in once
+    assert redactor.text(once) == once
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(secret=_SECRET_CHARS.filter(lambda s: "/" not in s), form=st.sampled_from(_FORMS[:-1]),
+       before=st.text(max_size=30), after=st.text(max_size=30))
+def test_a_secret_shaped_assignment_is_masked_without_configuration(
+    secret: str, form: str, before: str, after: str
+) -> None:
+    text = f"{before} {form.format(s=secret)} {after}"
+    assert secret not in Redactor().text(text).replace(before, "").replace(after, "")
