@@ -55,6 +55,6 @@ def normalize(webhook: AlertmanagerWebhook, ctx: SourceContext) -> list[AlertEve
     return [
         ctx.alert(fingerprint=alert.fingerprint, status=alert.status, labels=alert.labels,
                   annotations=alert.annotations, starts_at=alert.starts_at, ends_at=ended(alert.ends_at),
-                  generator_url=alert.generator_url)
-        for alert in webhook.alerts
+                  generator_url=alert.generator_url, at=f"body.alerts.{i}")
+        for i, alert in enumerate(webhook.alerts)
     ]

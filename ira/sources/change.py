@@ -15,29 +15,38 @@ Identity: ``id`` when given, else a hash of service, environment, version, commi
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, TypeAdapter
 
+from ira.core import limits
 from ira.core.alert import ChangeEvent
 from ira.sources.context import SourceContext
 from ira.sources.errors import InvalidPayloadError, Problem
 from ira.sources.generic import ID_PATTERN, is_list
 from ira.sources.identity import content_id
-from ira.sources.payload import OwnPayload, Text, UtcDatetime, parse
+from ira.sources.payload import MAX_TEXT, OwnPayload, UtcDatetime, parse
 
-Short = Field(default=None, min_length=1, max_length=256)
+
+def _short(limit: int) -> Any:
+    """An optional short value that fits its column (``ira.core.limits``), without a NUL."""
+    return Field(default=None, min_length=1, max_length=limit, pattern=_NO_NUL)
+
+
+_NO_NUL = r"^[^\x00]*$"
 
 
 class ChangePayload(OwnPayload):
     """One deploy or configuration change."""
 
-    service: str = Field(min_length=1, max_length=256)
+    service: str = Field(min_length=1, max_length=limits.SERVICE_MAX, pattern=_NO_NUL)
     at: UtcDatetime
-    environment: str | None = Short
-    version: str | None = Short
-    commit: str | None = Short
-    actor: str | None = Short
-    url: Text | None = None
-    description: Text | None = None
+    environment: str | None = _short(limits.ENVIRONMENT_MAX)
+    version: str | None = _short(limits.VERSION_MAX)
+    commit: str | None = _short(limits.COMMIT_MAX)
+    actor: str | None = _short(limits.ACTOR_MAX)
+    url: str | None = Field(default=None, max_length=MAX_TEXT, pattern=_NO_NUL)
+    description: str | None = Field(default=None, max_length=MAX_TEXT, pattern=_NO_NUL)
     id: str | None = Field(default=None, pattern=ID_PATTERN)
 
 

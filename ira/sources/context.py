@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from ira.core import limits
 from ira.core.alert import AlertEvent, AlertStatus, ChangeEvent, SourceKind
 from ira.sources import identity
-from ira.sources.labels import environment_of, service_of, severity_of
+from ira.sources.errors import InvalidPayloadError, Problem
+from ira.sources.labels import ENVIRONMENT_LABELS, SERVICE_LABELS, environment_of, service_of, severity_of
 
 UNNAMED = "unnamed"
 """The name of an alert that carries no ``alertname`` label and no title."""
@@ -41,19 +43,28 @@ class SourceContext:
         generator_url: str | None = None,
         name: str | None = None,
         severity: str | None = None,
+        at: str = "body",
     ) -> AlertEvent:
-        """One AlertEvent; ``fingerprint`` None -> computed from the labels like Alertmanager does."""
+        """One AlertEvent; ``fingerprint`` None -> computed from the labels like Alertmanager does.
+        ``at``: where the alert sits in the payload, for the 422 that names a value the store
+        could not hold (InvalidPayloadError)."""
+        name = name or labels.get("alertname") or UNNAMED
+        environment, service = environment_of(labels, self.default_environment), service_of(labels)
+        problems = unstorable(at, labels=labels, annotations=annotations, generator_url=generator_url, name=name,
+                              service=service, environment=environment)
+        if problems:
+            raise InvalidPayloadError(problems)
         fingerprint = fingerprint or identity.label_fingerprint(labels)
         source_event_id = identity.state_id(fingerprint, status.value, starts_at)
         return AlertEvent(
             event_id=identity.event_id(self.tenant_id, self.source_id, source_event_id),
             tenant_id=self.tenant_id, source_id=self.source_id, source_kind=self.source_kind,
             source_event_id=source_event_id, fingerprint=fingerprint, status=status,
-            name=name or labels.get("alertname") or UNNAMED,
+            name=name,
             severity=severity_of(severity if severity is not None else labels.get("severity")),
             labels=labels, annotations=annotations, starts_at=starts_at, ends_at=ends_at,
             generator_url=generator_url or None, received_at=self.received_at,
-            environment=environment_of(labels, self.default_environment), service=service_of(labels),
+            environment=environment, service=service,
         )
 
     def change(
@@ -76,3 +87,22 @@ class SourceContext:
             service=service, environment=environment, at=at, received_at=self.received_at,
             version=version, commit=commit, actor=actor, url=url, description=description,
         )
+
+
+def unstorable(at: str, *, labels: Mapping[str, str], annotations: Mapping[str, str], generator_url: str | None,
+               name: str, service: str | None, environment: str | None) -> list[Problem]:
+    """What in one alert the store could not hold: a NUL anywhere, or a name, service or
+    environment longer than its column (``ira.core.limits``). Refused, not truncated: a cut
+    name would group the alert with others it is not."""
+    problems = []
+    if limits.has_nul([*labels, *labels.values(), *annotations, *annotations.values(), generator_url]):
+        problems.append(Problem("nul_character", "labels, annotations and URLs cannot hold a NUL character", at))
+    for what, value, limit, names, own in (
+            ("name", name, limits.ALERT_NAME_MAX, ("alertname",), "title"),
+            ("service", service, limits.SERVICE_MAX, SERVICE_LABELS, "service"),
+            ("environment", environment, limits.ENVIRONMENT_MAX, ENVIRONMENT_LABELS, "environment")):
+        if limits.too_long(value, limit):
+            label = next((n for n in names if labels.get(n) == value), None)
+            problems.append(Problem("too_long", f"the alert's {what} is longer than {limit} characters",
+                                    f"{at}.labels.{label}" if label else f"{at}.{own}"))
+    return problems

@@ -60,13 +60,15 @@ def is_list(body: bytes) -> bool:
 
 def events(body: bytes, ctx: SourceContext) -> list[AlertEvent]:
     """Parse one event or a list (400/422 on bad input) and return them in order."""
-    items = parse(_MANY, body) if is_list(body) else [parse(_ONE, body)]
-    return [normalize(item, ctx) for item in items]
+    if is_list(body):
+        items: list[GenericEvent] = parse(_MANY, body)
+        return [normalize(item, ctx, at=f"body.{i}") for i, item in enumerate(items)]
+    return [normalize(parse(_ONE, body), ctx)]
 
 
-def normalize(item: GenericEvent, ctx: SourceContext) -> AlertEvent:
+def normalize(item: GenericEvent, ctx: SourceContext, *, at: str = "body") -> AlertEvent:
     links = {f"link.{link.title or position}": link.url for position, link in enumerate(item.links)}
     return ctx.alert(fingerprint=item.id, status=item.status, labels=item.labels,
                      annotations={**links, **item.annotations}, starts_at=item.starts_at, ends_at=item.ends_at,
                      generator_url=item.links[0].url if item.links else None, name=item.title,
-                     severity=item.severity or item.labels.get("severity"))
+                     severity=item.severity or item.labels.get("severity"), at=at)

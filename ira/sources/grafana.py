@@ -57,8 +57,8 @@ def normalize(webhook: GrafanaWebhook, ctx: SourceContext) -> list[AlertEvent]:
     return [
         ctx.alert(fingerprint=alert.fingerprint, status=alert.status, labels=alert.labels,
                   annotations=_annotations(alert), starts_at=alert.starts_at, ends_at=ended(alert.ends_at),
-                  generator_url=alert.generator_url)
-        for alert in webhook.alerts
+                  generator_url=alert.generator_url, at=f"body.alerts.{i}")
+        for i, alert in enumerate(webhook.alerts)
     ]
 
 

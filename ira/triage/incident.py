@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ira.core import limits
 from ira.core.alert import AlertEvent, AlertStatus
 from ira.core.states import IncidentStatus
 from ira.triage.decide import AlertState, firing_delta, max_severity, status_for
@@ -18,7 +19,7 @@ from ira.triage.store import IncidentRecord
 
 
 def title_of(alert: AlertEvent) -> str:
-    return (alert.annotations.get("summary") or alert.name)[:300]
+    return (alert.annotations.get("summary") or alert.name)[:limits.TITLE_MAX]
 
 
 def opened(

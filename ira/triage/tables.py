@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, Column, Index, Integer, PrimaryKeyConstraint, String, Table, Text, UniqueConstraint, text
 
+from ira.core import limits
 from ira.runtime.store.schema import UtcDateTime, metadata
 
 GROUP_KEY_LENGTH = 500
@@ -31,7 +32,7 @@ alerts = Table(
     Column("incident_id", String(64)),
     Column("status", String(16), nullable=False),
     Column("severity", String(16), nullable=False),
-    Column("name", String(200), nullable=False),
+    Column("name", String(limits.ALERT_NAME_MAX), nullable=False),
     # starts_at of a firing event, ends_at (or receipt) of a resolved one: what "stale" compares
     Column("state_at", UtcDateTime(), nullable=False),
     Column("received_at", UtcDateTime(), nullable=False),
@@ -48,10 +49,10 @@ incidents = Table(
     Column("group_key", String(GROUP_KEY_LENGTH), nullable=False),
     Column("status", String(16), nullable=False),
     Column("version", Integer, nullable=False),
-    Column("title", String(300), nullable=False),
+    Column("title", String(limits.TITLE_MAX), nullable=False),
     Column("severity", String(16), nullable=False),
-    Column("service", String(200)),
-    Column("environment", String(64)),
+    Column("service", String(limits.SERVICE_MAX)),
+    Column("environment", String(limits.ENVIRONMENT_MAX)),
     Column("labels", JSON, nullable=False),
     Column("firing_count", Integer, nullable=False),
     Column("opened_at", UtcDateTime(), nullable=False),
@@ -74,11 +75,11 @@ changes = Table(
     Column("event_id", String(64), nullable=False),
     Column("source_id", String(64), nullable=False),
     Column("source_event_id", String(200), nullable=False),
-    Column("service", String(200), nullable=False),
-    Column("environment", String(64), nullable=False),
-    Column("version", String(200)),
-    Column("commit", String(100)),
-    Column("actor", String(200)),
+    Column("service", String(limits.SERVICE_MAX), nullable=False),
+    Column("environment", String(limits.ENVIRONMENT_MAX), nullable=False),
+    Column("version", String(limits.VERSION_MAX)),
+    Column("commit", String(limits.COMMIT_MAX)),
+    Column("actor", String(limits.ACTOR_MAX)),
     Column("at", UtcDateTime(), nullable=False),
     Column("url", Text),
     Column("description", Text),

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import SystemClock
@@ -533,6 +533,9 @@ async def test_a_broker_that_cannot_start_says_why(tmp_path: Path) -> None:
     (IllegalTransitionError("run", "completed", "running"), 0, Disposition.DEAD_LETTER),
     (KeyError("bug"), 0, Disposition.RETRY),
     (KeyError("bug"), 4, Disposition.DEAD_LETTER),
+    # a value the database refuses (too long, a NUL) is refused again: dead-lettered on the first try
+    (DataError("INSERT", {}, Exception("value too long for type character varying(200)")), 0,
+     Disposition.DEAD_LETTER),
 ])
 def test_the_error_class_decides_what_happens_to_a_record(
     error: BaseException, attempt: int, expected: Disposition

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.envelope import DeadLetter, Envelope
@@ -102,8 +102,8 @@ def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: in
         return Disposition.DROP_STALE
     if isinstance(exc, (TransientError, *_INFRASTRUCTURE)):
         return Disposition.RETRY
-    if isinstance(exc, PlatformError):
-        return Disposition.DEAD_LETTER
+    if isinstance(exc, PlatformError | DataError):
+        return Disposition.DEAD_LETTER  # a value the database refuses is refused again: out of the partition now
     return Disposition.RETRY if attempt + 1 < max_unexpected_attempts else Disposition.DEAD_LETTER
 
 
@@ -114,7 +114,13 @@ def retry_delay(exc: BaseException, attempt: int, *, base: timedelta, cap: timed
     return max(delay, hinted) if hinted else delay
 
 
+INVALID_DATA = "invalid_data"
+"""A value the database refused (too long for its column, a NUL): deterministic, never retried."""
+
+
 def error_code(exc: BaseException) -> str:
+    if isinstance(exc, DataError):
+        return INVALID_DATA
     return exc.code if isinstance(exc, PlatformError) else UNHANDLED
 
 
