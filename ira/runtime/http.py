@@ -22,7 +22,6 @@ shape, the ``internal`` 500 and one SERVER span per request.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,7 +58,7 @@ from ira.core.errors import (
 )
 from ira.runtime.apidocs import install_docs
 from ira.runtime.body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyLimit
-from ira.runtime.http_errors import error_entry, error_response, json_body
+from ira.runtime.http_errors import error_entry, error_headers, error_response, json_body, status_for
 from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
 from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
 
@@ -271,16 +270,13 @@ def _http_entries(status: int, detail: Any) -> list[dict[str, Any]]:
 def _platform_response(
     request: Request, exc: PlatformError, statuses: Mapping[type[PlatformError], int]
 ) -> JSONResponse:
-    status = next((statuses[c] for c in type(exc).__mro__ if c in statuses), 500)
+    status = status_for(exc, statuses)
     if status == 500:
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", "internal error")
-    headers = {}
     if status == 503:
-        retry_after = getattr(exc, "retry_after", None) or timedelta(seconds=1)
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after.total_seconds())))
         logger.warning("%s %s unavailable: %s", request.method, request.url.path, exc.message)
-    return error_response(status, exc.code, exc.message, headers=headers)
+    return error_response(status, exc.code, exc.message, headers=error_headers(exc, status))
 
 
 class _InternalErrorMiddleware:

@@ -13,10 +13,8 @@ them exactly). The lane carries its OpenAPI path item (:data:`OPENAPI`), so ``/d
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -30,6 +28,7 @@ from ira.core.errors import (
     StoreUnavailableError,
 )
 from ira.runtime.http import Lane, error_entry, json_body
+from ira.runtime.http_errors import error_headers, status_for
 from ira.sources.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, Credentials
 from ira.sources.errors import (
     EdgeUnavailableError,
@@ -98,12 +97,7 @@ def rejection(exc: PlatformError, status: int) -> tuple[bytes, list[tuple[bytes,
         entries = [error_entry(p.code, p.message, p.field) for p in exc.problems]
     else:
         entries = [error_entry(exc.code, exc.message) | _limit_of(exc)]
-    headers = []
-    if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    if status in (429, 503):
-        retry_after: timedelta = getattr(exc, "retry_after", None) or timedelta(seconds=1)
-        headers.append((b"retry-after", str(max(1, math.ceil(retry_after.total_seconds()))).encode()))
+    headers = [(name.lower().encode(), value.encode()) for name, value in error_headers(exc, status).items()]
     return json_body({"errors": entries}), headers
 
 
@@ -155,7 +149,7 @@ def _limit_of(exc: PlatformError) -> dict[str, Any]:
 
 
 def _status(exc: PlatformError) -> int:
-    return next(status for cls, status in STATUSES.items() if isinstance(exc, cls))
+    return status_for(exc, STATUSES)
 
 
 def ingest_lane(ingest: Ingest, metrics: SourceMetrics, *, max_body_bytes: int = MAX_BODY_BYTES) -> Lane:

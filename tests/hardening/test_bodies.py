@@ -75,3 +75,14 @@ async def test_an_unparseable_content_length_is_400(platform: Platform) -> None:
         answer = await asyncio.wait_for(reader.read(65536), 10)
         writer.close()
     assert 400 <= status_of(answer) < 500
+
+
+async def test_lanes_and_fastapi_map_errors_alike(platform: Platform) -> None:
+    """One mapping (ira.runtime.http_errors): a 401 names the Bearer scheme on a FastAPI route
+    and on the webhook lane alike, in the same error shape."""
+    async with served(platform) as (_, client):
+        api = await client.post("/v1/runs/x/cancel")
+        lane = await client.post("/v1/sources/alertmanager/am", json=[])
+    for response in (api, lane):
+        assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+        assert set(response.json()["errors"][0]) >= {"code", "message", "field"}
