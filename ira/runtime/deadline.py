@@ -9,8 +9,8 @@ called only once the headers are complete.
 :func:`header_deadline` wraps uvicorn's HTTP protocol (composition, not a subclass of its
 private classes): its own streaming parser (httptools, public API) follows the same bytes
 and arms a timer when a connection opens and when a request begins, cancels it when that
-request's headers are complete, and closes the transport when it fires. The body has its
-own deadline, in ASGI (``ira.runtime.body``).
+request's headers are complete, and closes the transport when it fires. It also bounds their
+size (431 past 64 KiB). The body has its own deadline and limit, in ASGI (``ira.runtime.body``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,24 @@ from typing import Any, ClassVar
 import httptools
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from ira.runtime.http_errors import error_entry, json_body
+
 log = logging.getLogger(__name__)
 
 DEFAULT_HEADER_TIMEOUT = timedelta(seconds=10)
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+"""Request line and headers together; uvicorn's httptools protocol has no bound of its own, so
+a fast client could stream one endless header into memory within the deadline."""
+_TOO_LARGE_BODY = json_body({"errors": [error_entry("headers_too_large", "the request headers are over 64 KiB")]})
+_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY))
 
 
 class HeaderDeadlineProtocol(asyncio.Protocol):
     """uvicorn's protocol for one connection, closed when a request's headers take too long."""
 
     timeout: ClassVar[float] = DEFAULT_HEADER_TIMEOUT.total_seconds()
+    max_header_bytes: ClassVar[int] = DEFAULT_MAX_HEADER_BYTES
     inner_class: ClassVar[Any] = AutoHTTPProtocol
 
     def __init__(self, **options: Any) -> None:
@@ -39,6 +48,7 @@ class HeaderDeadlineProtocol(asyncio.Protocol):
         self._parser: Any = httptools.HttpRequestParser(self)
         self._timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
+        self._in_headers, self._header_bytes = True, 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -48,11 +58,16 @@ class HeaderDeadlineProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._parser is not None:
+            if self._in_headers:
+                self._header_bytes += len(data)
             try:
                 self._parser.feed_data(data)
             except (httptools.HttpParserError, httptools.HttpParserUpgrade):
                 self._parser = None  # the inner protocol answers 400 (or upgrades); stop following
                 self._disarm()
+            if self._in_headers and self._header_bytes > self.max_header_bytes:
+                self._refuse_headers()
+                return
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -70,10 +85,19 @@ class HeaderDeadlineProtocol(asyncio.Protocol):
 
     # httptools callbacks: one request's headers begin, and end
     def on_message_begin(self) -> None:
+        self._in_headers, self._header_bytes = True, 0
         self._arm()
 
     def on_headers_complete(self) -> None:
+        self._in_headers = False
         self._disarm()
+
+    def _refuse_headers(self) -> None:
+        self._disarm()
+        self._parser = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(_TOO_LARGE)
+            self._transport.close()
 
     def _arm(self) -> None:
         self._disarm()
@@ -92,5 +116,6 @@ class HeaderDeadlineProtocol(asyncio.Protocol):
 
 
 def header_deadline(timeout: timedelta = DEFAULT_HEADER_TIMEOUT) -> type[asyncio.Protocol]:
-    """The protocol class to give ``uvicorn.Config(http=...)``: its protocol behind ``timeout``."""
+    """The protocol class to give ``uvicorn.Config(http=...)``: its protocol behind ``timeout``
+    (and at most ``DEFAULT_MAX_HEADER_BYTES`` of request line and headers, else 431)."""
     return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"timeout": timeout.total_seconds()})

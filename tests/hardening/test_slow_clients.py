@@ -88,3 +88,24 @@ async def test_a_stalled_body_is_answered_408(platform: Platform) -> None:
         answer = await asyncio.wait_for(reader.read(65536), 10 * HEADER_TIMEOUT.total_seconds())
         writer.close()
     assert status_of(answer) == 408 and b"body_timeout" in answer
+
+
+async def test_headers_over_64_kib_are_refused_431_while_normal_ones_pass(platform: Platform) -> None:
+    async with serve(create_app(metrics=platform.metrics), http=header_deadline(HEADER_TIMEOUT)) as base:
+        host, port = base.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        for _ in range(64):  # 1 MiB of one header, as fast as the socket takes it
+            if writer.is_closing():
+                break
+            writer.write(b"a" * 16384)
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+        answer = await asyncio.wait_for(reader.read(65536), 10)
+        writer.close()
+        async with httpx.AsyncClient(base_url=base) as client:
+            normal = await client.get("/healthz", headers={"x-fine": "b" * 8192})
+    assert status_of(answer) == 431 and b"headers_too_large" in answer
+    assert normal.status_code == 200
