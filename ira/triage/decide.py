@@ -7,6 +7,8 @@ The rules, in precedence order (the first that applies wins)::
       last state of this alert
     resolved, alert not firing    -> ignore / resolved_without_incident
       in any open incident
+    a run is active and the group -> ignore / flapping       (basis: run_id, the noise verdict; the
+      is flapping                    incident still records the state, the run is not re-drafted)
     a run is active for the       -> deliver / run_subscribed (basis: run_id)
       incident (its subscription)
     resolved, no active run       -> ignore / resolved_without_run
@@ -148,6 +150,16 @@ def _resolved_unknown(case: Case, policy: Policy) -> Decision | None:
     return _ignore(Reason.RESOLVED_WITHOUT_INCIDENT)
 
 
+def _flapping_follow_up(case: Case, policy: Policy) -> Decision | None:
+    """A flapping group's follow-ups are not delivered: each flip would revise the draft and ask
+    for approval again (one run, one draft, flapping decisions). A storm's are: they are news."""
+    noise = case.noise
+    if case.incident is None or case.incident.active_run_id is None or noise is None or noise.kind != "flapping" \
+            or noise.until <= case.now:
+        return None
+    return _ignore(Reason.FLAPPING, run_id=case.incident.active_run_id, noise=noise.model_dump(mode="json"))
+
+
 def _deliver(case: Case, policy: Policy) -> Decision | None:
     if case.incident is None or case.incident.active_run_id is None:
         return None
@@ -181,7 +193,8 @@ def _cooldown(case: Case, policy: Policy) -> Decision | None:
 
 
 _RULES: tuple[Callable[[Case, Policy], Decision | None], ...] = (
-    _silenced, _stale, _resolved_unknown, _deliver, _resolved_without_run, _below_threshold, _noisy, _cooldown,
+    _silenced, _stale, _resolved_unknown, _flapping_follow_up, _deliver, _resolved_without_run, _below_threshold,
+    _noisy, _cooldown,
 )
 
 
@@ -196,9 +209,10 @@ def decide(case: Case, policy: Policy) -> Decision:
 
 
 def needs_noise(case: Case) -> bool:
-    """Only a possible run request looks at the noise state (saves a Redis read per follow-up)."""
-    no_run = case.incident is None or case.incident.active_run_id is None
-    return case.silence_id is None and case.status == AlertStatus.FIRING and no_run
+    """A possible run request, or a follow-up to an active run (flapping stops its delivery),
+    looks at the noise state; read once per batch for all its groups."""
+    has_run = case.incident is not None and case.incident.active_run_id is not None
+    return case.silence_id is None and (case.status == AlertStatus.FIRING or has_run)
 
 
 def duplicate(first_event_id: str) -> Decision:

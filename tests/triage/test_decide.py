@@ -62,7 +62,13 @@ old_run = T0 - timedelta(hours=2)
     (case(incident=incident(alert=was_firing, run="run_1")), DecisionKind.DELIVER, Reason.RUN_SUBSCRIBED),
     (case(RESOLVED, incident=incident(alert=was_firing, run="run_1")), DecisionKind.DELIVER, Reason.RUN_SUBSCRIBED),
     (case(severity=Severity.INFO, incident=incident(run="run_1")), DecisionKind.DELIVER, Reason.RUN_SUBSCRIBED),
-    (case(incident=incident(run="run_1"), noise=flapping()), DecisionKind.DELIVER, Reason.RUN_SUBSCRIBED),
+    # a flapping group's follow-ups are decided flapping (one draft), a storm's still delivered
+    (case(incident=incident(run="run_1"), noise=flapping()), DecisionKind.IGNORE, Reason.FLAPPING),
+    (case(RESOLVED, incident=incident(alert=was_firing, run="run_1"), noise=flapping()), DecisionKind.IGNORE,
+     Reason.FLAPPING),
+    (case(incident=incident(run="run_1"), noise=flapping(kind="storm")), DecisionKind.DELIVER,
+     Reason.RUN_SUBSCRIBED),
+    (case(incident=incident(run="run_1"), noise=flapping(until=T0)), DecisionKind.DELIVER, Reason.RUN_SUBSCRIBED),
     # follow-ups without an active run
     (case(RESOLVED, incident=incident(alert=was_firing)), DecisionKind.IGNORE, Reason.RESOLVED_WITHOUT_RUN),
     (case(RESOLVED, incident=incident()), DecisionKind.IGNORE, Reason.RESOLVED_WITHOUT_INCIDENT),
@@ -87,6 +93,8 @@ def test_decide(given: Case, decision: DecisionKind, reason: Reason) -> None:
 def test_the_basis_names_the_silence_the_run_and_the_cooldown() -> None:
     assert decide(case(silence_id="maint-1"), POLICY).basis == {"silence_id": "maint-1"}
     assert decide(case(incident=incident(run="run_9")), POLICY).basis == {"run_id": "run_9"}
+    flapped = decide(case(incident=incident(run="run_9"), noise=flapping()), POLICY).basis
+    assert flapped["run_id"] == "run_9" and flapped["noise"]["kind"] == "flapping"
     assert decide(case(last_run_at=recent_run), POLICY).basis == {
         "last_run_at": recent_run.isoformat(), "cooldown_until": (recent_run + timedelta(minutes=30)).isoformat()}
     assert decide(case(noise=flapping()), POLICY).basis["noise"]["transitions"] == 8
@@ -133,8 +141,10 @@ def test_firing_delta(last, status, delta: int) -> None:
     (case(), True),
     (case(RESOLVED), False),
     (case(silence_id="m"), False),
-    (case(incident=incident(run="run_1")), False),
+    (case(incident=incident(run="run_1")), True),  # a follow-up: flapping stops its delivery
+    (case(RESOLVED, incident=incident(run="run_1")), True),
+    (case(silence_id="m", incident=incident(run="run_1")), False),
     (case(incident=incident()), True),
 ])
-def test_noise_is_read_only_when_a_run_could_be_asked_for(given: Case, needed: bool) -> None:
+def test_noise_is_read_only_when_a_run_could_be_asked_for_or_a_run_gets_follow_ups(given: Case, needed: bool) -> None:
     assert needs_noise(given) is needed

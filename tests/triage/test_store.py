@@ -197,6 +197,32 @@ async def test_a_flapping_verdict_holds_back_a_new_run_and_redis_down_does_not(
     assert (blind.decision, blind.reason) == ("create_run", "reinvestigate")
 
 
+async def test_a_flapping_group_with_a_run_gets_flapping_decisions_not_a_draft_per_flip(
+    db: Database, clock: FrozenClock, redis_url: str, redis_prefix: str
+) -> None:
+    # Given an incident whose run is active, and a group the noise worker found flapping
+    redis = Redis.from_url(redis_url)
+    noise = RedisNoiseState(redis, prefix=redis_prefix)
+    triage = handler(clock, noise=noise)
+    opened = await apply(db, triage, alert(fingerprint="fp-1"))
+    run_id = await start_run(db, opened.incident_id)
+    await noise.record("acme", opened.basis["group_key"], NoiseVerdict(
+        kind="flapping", until=T0 + minutes(30), transitions=7, alerts=8, window_seconds=300), now=T0)
+    # When the alert flips a dozen times
+    flips = []
+    for i in range(6):
+        flips.append(await apply(db, triage, resolved(fingerprint="fp-1", at=T0 + minutes(1 + 2 * i))))
+        flips.append(await apply(db, triage, alert(fingerprint="fp-1", at=T0 + minutes(2 + 2 * i))))
+    await redis.aclose()
+    # Then the run is not sent one update per flip: flapping decisions, with the run and the verdict
+    assert [d.decision for d in await published(db)] == ["create_run"]
+    assert {(f.decision, f.reason) for f in flips} == {("ignore", "flapping")}
+    assert all(f.basis["run_id"] == run_id and f.basis["noise"]["kind"] == "flapping" for f in flips)
+    # and the incident still follows the alert's state
+    [incident] = await incident_rows(db)
+    assert incident["version"] == 13 and incident["status"] == "open"
+
+
 async def test_change_events_are_stored_once(db: Database, clock: FrozenClock) -> None:
     triage = handler(clock)
     await apply_envelope(db, triage, envelope(change(source_event_id="deploy-7")))
