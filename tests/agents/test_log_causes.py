@@ -28,6 +28,9 @@ from ira.infra.scenarios.runbook import INJECTIONS
      "events-broker.internal"),
     ("kafka: client has run out of available brokers to talk to (events-broker.internal:9092): EOF", "unreachable",
      "events-broker.internal"),
+    # a connection pool in trouble, whatever the client calls it
+    ("sqlalchemy.exc.TimeoutError: QueuePool limit of size 5 overflow 10 reached, connection timed out", "pool", None),
+    ("Timeout acquiring a connection. The pool is probably full.", "pool", None),
 ])
 def test_a_line_naming_a_cause_gives_its_class_and_entity(line: str, cause: str, entity: str | None) -> None:
     found = cause_of(line)

@@ -50,8 +50,13 @@ _EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Exception|Error))\b")
 _FILE_SUFFIXES = (".log", ".yaml", ".yml", ".json", ".java", ".py", ".go", ".conf")
 
 
+_POOL_TROUBLE = ("timeout", "timed out", "exhausted", "full", "limit", "waiting")
+
+
 def cause_of(message: str) -> Cause | None:
     text = message.lower()
+    if "pool" in text and "connection" in text and any(t in text for t in _POOL_TROUBLE):
+        return next(c for c in CAUSES if c.name == "pool")  # a connection pool timing out, in any client's words
     return next((c for c in CAUSES if any(p in text for p in c.phrases)), None)
 
 
