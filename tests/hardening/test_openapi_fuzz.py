@@ -1,4 +1,4 @@
-"""Schemathesis over the whole OpenAPI of the API: 0 × 5xx (issue #16).
+"""Schemathesis over the whole OpenAPI of the API, on SQLite and PostgreSQL: 0 × 5xx (issue #16).
 
 Every operation ``/openapi.json`` lists (reads, commands, the webhook lane, operations) is
 called with schema-valid and schema-violating inputs, as each of the three principals of the
@@ -10,7 +10,11 @@ repeatable and takes well under two minutes; any status >= 500 fails with the re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
 
+import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +23,7 @@ from hypothesis import strategies as st
 from ira.runtime.platform import Platform
 from tests.hardening.harness import ADMIN, APPROVER, VIEWER, bearer, served
 from tests.hardening.test_inputs import make_run
+from tests.store_fixtures import _drop_schema, open_database, postgres_test_url
 
 PRINCIPALS = (VIEWER, APPROVER, ADMIN)
 EXAMPLES = 12
@@ -60,7 +65,23 @@ def fuzz_operation(operation: schemathesis.APIOperation, base: str, known: dict[
     return calls
 
 
-async def test_no_input_makes_a_5xx(platform: Platform) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest, platform: Platform, tmp_path: Path) -> AsyncIterator[Platform]:
+    """The platform on SQLite, or the same platform on a fresh, migrated PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield platform
+        return
+    db, schema = await open_database("postgresql", tmp_path)
+    try:
+        yield replace(platform, db=db)
+    finally:
+        await db.close()
+        if schema:
+            await _drop_schema(postgres_test_url(), schema)
+
+
+async def test_no_input_makes_a_5xx(backend: Platform) -> None:
+    platform = backend
     known = {"run_id": await make_run(platform)}
     async with served(platform) as (base, client):
         spec = (await client.get("/openapi.json")).json()
