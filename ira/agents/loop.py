@@ -111,7 +111,7 @@ class BranchLoop:
         for turn in replayed:
             state.add(turn)
         stop = _stopped(state, self.limits)
-        connectors = self.connectors.for_window(task.binding.window_end)
+        connectors = await self.connectors.for_binding(task.binding)
         while stop is None:
             if len(state.turns) >= self.limits.max_turns:
                 stop = StopReason.BUDGET_EXHAUSTED

@@ -14,8 +14,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -32,14 +33,16 @@ from ira.connectors.deployments import SqlChangeSource
 from ira.connectors.logs.jsonl import JsonlLogSource
 from ira.connectors.logs.loki import LokiLogSource
 from ira.connectors.prometheus import PrometheusMetricSource
-from ira.connectors.recorded import recorded_connectors
+from ira.connectors.recorded import RecordingSet, recorded_connectors, write_recording
 from ira.connectors.runbooks import FileRunbookSource
 from ira.core.clock import Clock
 from ira.core.envelope import Envelope, Topic
-from ira.core.investigation import BranchKind
+from ira.core.investigation import BranchBinding, BranchKind
+from ira.core.replay import RECORDING_LABEL, STAGING
 from ira.runtime.dispatch import StepDispatcher, StepHandler
 from ira.runtime.settings import Settings
 from ira.runtime.settings.agents import AgentsSettings, LlmProviderSettings
+from ira.runtime.store.artifacts import get_artifact
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import STEP_READY
 
@@ -55,6 +58,36 @@ GROUP_ID = "ira-agents"
 
 async def _http(stack: AsyncExitStack, url: str, timeout: timedelta) -> httpx.AsyncClient:
     return await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=timeout.total_seconds()))
+
+
+@dataclass
+class StagingRecordings:
+    """A staging replay's branches answer from the recording its alert names, never from live systems.
+
+    The recording is an artifact (written by the replay service); it is laid out once as a bundle
+    directory under ``directory`` and its connectors kept for the next branch of the same replay.
+    """
+
+    db: Database
+    directory: Path
+    keep: int = 16
+    _cache: dict[tuple[str, str], ConnectorSet] = field(default_factory=dict)
+
+    async def __call__(self, binding: BranchBinding) -> ConnectorSet | None:
+        ref = binding.labels.get(RECORDING_LABEL)
+        if binding.environment != STAGING or not ref:
+            return None
+        key = (binding.tenant_id, ref)
+        if key not in self._cache:
+            async with self.db.reader() as conn:
+                _, body = await get_artifact(conn, binding.tenant_id, ref)
+            folder = self.directory / binding.tenant_id / ref.replace(":", "-")
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            write_recording(RecordingSet.model_validate_json(body), folder)
+            while len(self._cache) >= self.keep:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = recorded_connectors(folder)
+        return self._cache[key]
 
 
 async def build_connectors(settings: AgentsSettings, db: Database, stack: AsyncExitStack) -> ConnectorSet:
@@ -173,7 +206,8 @@ class AgentsRole:
         from ira.runtime.wiring import build_consumer, build_dispatcher
 
         async with AsyncExitStack() as stack:
-            connectors = await build_connectors(platform.settings.agents, platform.db, stack)
+            connectors = replace(await build_connectors(platform.settings.agents, platform.db, stack),
+                                 route=StagingRecordings(platform.db, platform.settings.data_dir / "recordings"))
             handlers = build_handlers(platform.settings, db=platform.db, clock=platform.clock, connectors=connectors)
             pool = WakeupPool(build_dispatcher(platform, "agents", handlers), platform.settings.agents.concurrency)
             consumer = build_consumer(platform, name="agents-steps", topics=[Topic.STEPS], handler=pool.handle,

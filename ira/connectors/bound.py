@@ -6,10 +6,11 @@ in, so a recorded set is *anchored* to each branch's window before use (``for_wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from ira.core.investigation import BranchBinding
 from ira.core.ports import ChangeSource, LogSource, MetricSource, RunbookSource
 
 
@@ -26,5 +27,13 @@ class ConnectorSet:
     anchor: Callable[[datetime], ConnectorSet] | None = None
     """For recordings: the same connectors, shifted so the recording ends at the given time."""
 
+    route: Callable[[BranchBinding], Awaitable[ConnectorSet | None]] | None = None
+    """Chooses other connectors for some bindings (a staging replay's recording); None: these."""
+
     def for_window(self, window_end: datetime) -> ConnectorSet:
         return self if self.anchor is None else self.anchor(window_end)
+
+    async def for_binding(self, binding: BranchBinding) -> ConnectorSet:
+        """The connectors a branch with ``binding`` uses, anchored to its window."""
+        chosen = (await self.route(binding) if self.route is not None else None) or self
+        return chosen.for_window(binding.window_end)

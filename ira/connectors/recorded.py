@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ira.connectors.bound import ConnectorSet
 from ira.connectors.runbooks import FileRunbookSource
@@ -184,6 +185,31 @@ def read_bundle(directory: Path) -> tuple[BundleInfo, list[Recording]]:
     path = directory / "observations.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return info, [Recording.model_validate_json(line) for line in lines if line.strip()]
+
+
+class RecordingSet(Model):
+    """A bundle's recording in one document (an artifact): what a staging replay's agents answer from."""
+
+    info: BundleInfo
+    observations: tuple[Recording, ...] = ()
+    runbooks: dict[str, str] = Field(default_factory=dict)
+    """Runbook file name -> content, as the bundle had them."""
+
+
+def write_recording(recording: RecordingSet, directory: Path) -> Path:
+    """Lay a recording out as a bundle directory (once: the directory is named by its content)."""
+    if (directory / "bundle.json").exists():
+        return directory
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    (partial / "runbooks").mkdir(parents=True)
+    (partial / "observations.jsonl").write_text("".join(o.model_dump_json() + "\n" for o in recording.observations),
+                                                encoding="utf-8")
+    for name, text in recording.runbooks.items():
+        (partial / "runbooks" / Path(name).name).write_text(text, encoding="utf-8")
+    (partial / "bundle.json").write_text(recording.info.model_dump_json(), encoding="utf-8")
+    partial.rename(directory)
+    return directory
 
 
 def recorded_connectors(directory: Path) -> ConnectorSet:

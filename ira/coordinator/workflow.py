@@ -33,6 +33,7 @@ from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchBinding, BranchKind
 from ira.core.redact import Redactor
+from ira.core.replay import RECORDING_LABEL, STAGING
 from ira.core.run import Step
 from ira.core.states import StepState
 from ira.runtime.store.timers import Timer
@@ -93,8 +94,11 @@ class RunPlan:
 NOT_CONFIGURED = "source not configured"
 
 
-def planned_branches(config: WorkflowConfig) -> tuple[BranchKind, ...]:
-    """The branches a run gets: those whose data source is configured, in plan order."""
+def planned_branches(config: WorkflowConfig, decision: IncidentDecision | None = None) -> tuple[BranchKind, ...]:
+    """The branches a run gets: those whose data source is configured, in plan order. A staging
+    replay's run gets every branch: its recording answers them, whatever this process has configured."""
+    if decision is not None and decision.environment == STAGING and RECORDING_LABEL in decision.alert.labels:
+        return tuple(BranchKind)
     return tuple(k for k in BranchKind if k.value in config.sources)
 
 
@@ -110,7 +114,7 @@ def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetim
     decision = redacted(decision, config.redactor)
     run_id = new_id("run")
     deadline = now + config.branch_deadline
-    planned = planned_branches(config)
+    planned = planned_branches(config, decision)
     not_planned = {k.value: NOT_CONFIGURED for k in BranchKind if k not in planned}
     steps = (*(_branch_step(decision, kind, config, now=now) for kind in planned), *_coordinator_steps(planned))
     wakeups = tuple(step_wakeup(decision.tenant_id, run_id, s.step_id, kind=s.kind, environment=config.environment,
@@ -120,8 +124,8 @@ def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetim
         for branch, reason in not_planned.items())
     new_run = NewRun(
         tenant_id=decision.tenant_id, run_id=run_id, task_id=new_id("task"), task_kind=TASK_KIND,
-        subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW, environment=config.environment,
-        incident_id=decision.incident_id, contract=run_contract(planned),
+        subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW,
+        environment=run_environment(decision, config), incident_id=decision.incident_id, contract=run_contract(planned),
         bindings={**run_bindings(decision, now=now), "not_planned": not_planned},
         steps=steps, outbox=wakeups, idempotency_key=decision.evaluation_id,
         events=(EventDraft(type=RunEventType.RUN_CREATED, data={
@@ -143,6 +147,12 @@ def redacted(decision: IncidentDecision, redactor: Redactor) -> IncidentDecision
         "labels": redactor.value(alert.labels), "annotations": redactor.value(alert.annotations),
         "generator_url": redactor.text(alert.generator_url) if alert.generator_url else None})
     return decision.model_copy(update={"title": redactor.text(decision.title), "alert": clean})
+
+
+def run_environment(decision: IncidentDecision, config: WorkflowConfig) -> str:
+    """A staging alert (a replay's) makes a staging run even in production's process: its runs are
+    marked, listed apart and bound to sandboxes only. Any other label leaves the process's environment."""
+    return STAGING if decision.environment == STAGING else config.environment
 
 
 def run_bindings(decision: IncidentDecision, *, now: datetime) -> dict[str, Any]:

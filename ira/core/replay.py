@@ -8,12 +8,18 @@ replays of one bundle compare equal when they decided the same things.
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 from pydantic import Field
 
 from ira.core.model import Model
 
 TOP_HYPOTHESES = 3
+STAGING = "staging"
+REPLAY_LABEL = "ira_replay"
+"""Label set on every alert a replay sends: the replay it belongs to."""
+RECORDING_LABEL = "ira_recording"
+"""Label naming the artifact of the bundle's recording: staging branches answer from it."""
 
 
 class BranchOutcome(Model):
@@ -59,6 +65,8 @@ class Expectations(Model):
     run_state: str | None = None
     branches: dict[str, BranchExpectation] = Field(default_factory=dict)
     ticket_draft_mentions: list[str] = Field(default_factory=list)
+    scenario: dict[str, Any] | None = None
+    """The scenario generator's answer key (cause, cited evidence): graded by bench/investigation.py."""
 
 
 class Row(Model):

@@ -37,11 +37,13 @@ def _run_reads(router: APIRouter, db: Database, who: Any) -> None:
     @router.get("/runs", tags=["runs"])
     async def list_runs(caller: Principal = who, state: RunState | None = None,
                         wait_kind: WaitKind | None = None, incident_id: IdQuery = None,
-                        limit: Annotated[int, Query(ge=1, le=500)] = 50) -> runs.RunList:
-        """The tenant's runs, newest first, optionally by state, wait kind and incident."""
+                        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                        environment: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None) -> runs.RunList:
+        """The tenant's runs, newest first, optionally by state, wait kind and incident. Staging runs
+        (replays) are listed only with ``?environment=staging``."""
         async with db.reader() as conn:
             return await runs.list_runs(conn, caller.tenant_id, state=state, wait_kind=wait_kind,
-                                        incident_id=incident_id, limit=limit)
+                                        incident_id=incident_id, limit=limit, environment=environment)
 
     @router.get("/runs/{run_id}", tags=["runs"])
     async def get_run(run_id: IdPath, caller: Principal = who) -> detail.RunDetail:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import NotFoundError
 from ira.core.model import Model
+from ira.core.replay import STAGING
 from ira.core.states import OperationFact, RunState, WaitKind
 from ira.readmodel.rows import view_of
 from ira.runtime.store.schema import operations, runs
@@ -50,9 +51,11 @@ def summary_of(row: Any, *, ticket: str | None) -> RunSummary:
 async def list_runs(
     conn: AsyncConnection, tenant_id: str, *, state: RunState | str | None = None,
     wait_kind: WaitKind | str | None = None, incident_id: str | None = None, limit: int = 50,
+    environment: str | None = None,
 ) -> RunList:
-    """The tenant's runs, newest first."""
+    """The tenant's runs, newest first; staging runs (replays) only when ``environment`` asks for them."""
     query = select(runs).where(runs.c.tenant_id == tenant_id)
+    query = query.where(runs.c.environment == environment if environment else runs.c.environment != STAGING)
     if state:
         query = query.where(runs.c.state == state)
     if wait_kind:

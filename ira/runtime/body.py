@@ -70,12 +70,22 @@ class BodyLimit:
         await self.app(scope, counted, closing_send)
 
     def _limit_for(self, scope: Scope) -> int:
-        for route in self._routes:
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                extra = getattr(route, "openapi_extra", None) or {}
-                return int(extra.get(BODY_LIMIT, self._default))
-        return self._default
+        return _route_limit(self._routes, scope, self._default)
+
+
+def _route_limit(routes: Sequence[BaseRoute], scope: Scope, default: int) -> int:
+    """The limit of the route ``scope`` goes to. FastAPI (0.165) keeps an included router as one
+    route that matches all of its paths, so the search goes into it to find the route itself."""
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match != Match.FULL:
+            continue
+        inner = getattr(getattr(route, "original_router", None), "routes", None)
+        if inner is not None:
+            return _route_limit(inner, scope, default)
+        extra = getattr(route, "openapi_extra", None) or {}
+        return int(extra.get(BODY_LIMIT, default))
+    return default
 
 
 class _Counted:

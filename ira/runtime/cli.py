@@ -1,4 +1,4 @@
-"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``, ``bundle check``.
+"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``, ``bundle check``, ``replay``.
 
 The composition root: it reads the environment and the config file, builds one Platform and
 hands it to the roles. Every command exits non-zero with a message naming the config key
@@ -132,6 +132,34 @@ def bundle_check(directory: Annotated[Path, typer.Argument(help="The bundle dire
     bundle = load_bundle(directory)
     say(f"ok: {bundle.manifest.bundle_id} (format_version {bundle.manifest.format_version}, "
         f"{len(bundle.events)} events, {len(bundle.observations)} observations, {len(bundle.runbooks)} runbooks)")
+
+
+DEV_URL = "http://127.0.0.1:8080"
+
+
+def api_token(token: str | None) -> str:
+    """``--token``, else ``IRA_TOKEN``, else the first configured API token (the dev admin token)."""
+    if token:
+        return token
+    if os.environ.get("IRA_TOKEN"):
+        return os.environ["IRA_TOKEN"]
+    return next((t.token.get_secret_value() for t in settings_or_exit().api_tokens), "")
+
+
+@app.command()
+def replay(bundle: Annotated[Path, typer.Option(help="The bundle directory to replay.")],
+           speed: Annotated[float, typer.Option(help="Compress the recorded gaps this many times; "
+                                                     "0 sends everything at once.")] = 0.0,
+           url: Annotated[str, typer.Option(help="The running ira to replay into.")] = DEV_URL,
+           token: Annotated[str | None, typer.Option(help="Admin API token (default $IRA_TOKEN, "
+                                                          "else the dev admin token).")] = None) -> None:
+    """Replay a bundle into the staging environment of a running ira and compare with the original.
+
+    Exit 0: finished and the bundle's expectations (if any) met; 1: not met; 2: could not run.
+    """
+    from ira.replay.client import replay_bundle
+
+    raise typer.Exit(asyncio.run(replay_bundle(bundle, url=url, token=api_token(token), speed=speed, say=say)))
 
 
 def main() -> None:

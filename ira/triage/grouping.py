@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ira.core.alert import AlertEvent
+from ira.core.replay import REPLAY_LABEL
 from ira.triage.tables import GROUP_KEY_LENGTH
 
 ALL_LABELS = "..."
@@ -30,8 +31,11 @@ def label_value(alert: AlertEvent, name: str) -> str:
 
 
 def group_labels(alert: AlertEvent, group_by: Sequence[str]) -> dict[str, str]:
-    """The labels (and their values) that decide the group, sorted by name."""
+    """The labels (and their values) that decide the group, sorted by name. A replay's alerts also
+    group by their replay, so two replays of one bundle never join each other's incident."""
     names = set(alert.labels) | {"alertname"} if ALL_LABELS in group_by else set(group_by)
+    if REPLAY_LABEL in alert.labels:
+        names.add(REPLAY_LABEL)
     return {name: label_value(alert, name) for name in sorted(names)}
 
 

@@ -14,7 +14,7 @@ import ira
 
 ROOT = Path(ira.__file__).parent
 TABLE_MODULES = {"ira.triage.tables", "ira.coordinator.schema", "ira.connectors.tickets.schema"}
-READERS = {"dashboard", "notifier", "readmodel"}
+READERS = {"dashboard", "notifier", "readmodel", "replay"}
 
 
 def ira_imports(path: Path) -> set[str]:
