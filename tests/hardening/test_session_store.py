@@ -29,3 +29,14 @@ async def test_a_session_lives_until_it_expires_or_is_revoked(db: Database) -> N
     async with db.reader() as conn:
         hashes = {row.session_hash for row in (await conn.execute(select(sessions_table))).all()}
     assert hashes == {digest(first), digest(second)}
+
+
+async def test_opening_a_session_clears_the_tenants_expired_ones(db: Database) -> None:
+    clock = FrozenClock(datetime(2026, 12, 1, 12, tzinfo=UTC))
+    sessions = Sessions(db, clock=clock, ttl=timedelta(minutes=30))
+    old = await sessions.open(GRANT)
+    clock.advance(timedelta(hours=1))
+    fresh = await sessions.open(GRANT)
+    async with db.reader() as conn:
+        hashes = {row.session_hash for row in (await conn.execute(select(sessions_table))).all()}
+    assert hashes == {digest(fresh)} and old != fresh

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.runtime.store.schema import sessions
@@ -35,8 +35,12 @@ def digest(value: str) -> str:
 
 
 async def open_session(conn: AsyncConnection, grant: SessionGrant, *, at: datetime, ttl: timedelta) -> str:
-    """A new session for ``grant``, valid for ``ttl``; returns the id the cookie carries."""
+    """A new session for ``grant``, valid for ``ttl``; returns the id the cookie carries.
+
+    The tenant's expired sessions go in the same transaction, so the table holds live ones and
+    those revoked within a ttl, however many logins there were."""
     session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
+    await conn.execute(delete(sessions).where(sessions.c.tenant_id == grant.tenant_id, sessions.c.expires_at <= at))
     await conn.execute(insert(sessions).values(
         tenant_id=grant.tenant_id, session_hash=digest(session_id), principal=grant.principal,
         token_digest=grant.token_digest, created_at=at, expires_at=at + ttl))
