@@ -7,6 +7,7 @@ committed here and keeps the channel's receipts on the delivery row, apart from 
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -18,11 +19,13 @@ from ira.core.commit import OutboxMessage
 from ira.core.delivery import DELIVERIES_INBOX, DELIVERY_REQUESTED, Notification, NotificationKind
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id, new_id
+from ira.core.replay import STAGING, STAGING_SINK, staging_refusal
 from ira.core.run import Run
 from ira.runtime import runtrace
 from ira.runtime.store import outbox
 from ira.runtime.store.artifacts import put_artifact
 
+log = logging.getLogger(__name__)
 APPROVAL_REQUESTED = NotificationKind.APPROVAL_REQUESTED
 RUN_COMPLETED = NotificationKind.RUN_COMPLETED
 
@@ -43,13 +46,24 @@ async def request_notification(
     ref = await put_artifact(conn, run.tenant_id, notification.model_dump_json().encode(),
                              media_type="application/json", max_bytes=config.artifact_max_bytes, at=at)
     await records.insert_delivery(conn, tenant_id=run.tenant_id, notification_id=notification.notification_id,
-                                  run_id=run.run_id, channel=config.notification_channel, payload_ref=ref.ref, at=at)
+                                  run_id=run.run_id, channel=delivery_channel(run, config), payload_ref=ref.ref, at=at)
     envelope = Envelope(message_id=new_event_id(), type=DELIVERY_REQUESTED, tenant_id=run.tenant_id, occurred_at=at,
                         payload={"notification_id": notification.notification_id, "run_id": run.run_id,
                                  "kind": kind})
     return OutboxMessage(topic=topic_name(Topic.DELIVERIES, config.environment),
                          key=f"{run.tenant_id}:{notification.notification_id}", envelope=envelope,
                          awaits=DELIVERIES_INBOX)
+
+
+def delivery_channel(run: Run, config: WorkflowConfig) -> str:
+    """A staging run's notifications go to the staging sink whatever its binding says; a binding
+    naming anything else is refused here, at dispatch, and the refusal logged with the run."""
+    if run.environment != STAGING:
+        return config.notification_channel
+    refusal = staging_refusal(run.environment, run.bindings.get("targets"), "notifications")
+    if refusal is not None:
+        log.warning("run %s: notification target refused (%s); sent to the staging sink", run.run_id, refusal)
+    return STAGING_SINK
 
 
 async def announce(

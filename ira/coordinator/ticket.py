@@ -36,6 +36,7 @@ from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
+from ira.core.replay import STAGING, staging_refusal
 from ira.core.report import TicketDraft
 from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
@@ -52,6 +53,9 @@ AFTER_SUBMIT = "ticket.after_submit"  #: SUBMITTED committed, no byte sent yet
 AFTER_RECEIPT = "ticket.after_receipt"  #: receipt stored (CONFIRMED_SUCCESS), step not finished
 AFTER_FINISH = "ticket.after_finish"  #: step DONE committed, the next step not yet run
 
+
+STAGING_NO_TICKET = "staging_sandbox: no sandbox ticket system yet; nothing is created for a staging run"
+"""Even a staging run bound to the sandbox creates nothing until a staging ticket namespace exists."""
 
 class Mode(StrEnum):
     SEND = "send"  #: this owner moved the Operation to SUBMITTED: it may send
@@ -168,7 +172,9 @@ def _mode_of(fact: OperationFact) -> Mode:
 
 
 async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation) -> str | None:
-    """Why this Operation may not be sent now (None: it may): contract, approval binding."""
+    """Why this Operation may not be sent now (None: it may): staging targets, contract, approval binding."""
+    if run.environment == STAGING:
+        return staging_refusal(run.environment, run.bindings.get("targets"), "tickets") or STAGING_NO_TICKET
     answer = judge_action(run.contract, op.kind)
     if answer != PolicyAnswer.ASK:
         return None if answer == PolicyAnswer.ALLOW else "action_blocked"
@@ -189,7 +195,7 @@ async def _hold(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operat
                 deps: Deps) -> None:
     """Not sendable now: blocked by contract -> a definite failure; an approval that no longer
     binds (the incident moved on) -> nothing is sent and a person is asked again."""
-    if problem == "action_blocked":
+    if problem == "action_blocked" or problem.startswith("staging_"):
         await _refuse(conn, ctx, run, op=op, problem=problem, at=deps.clock.now())
         return
     draft = await records.current_draft(conn, run.tenant_id, run.run_id)

@@ -33,7 +33,7 @@ from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchBinding, BranchKind
 from ira.core.redact import Redactor
-from ira.core.replay import RECORDING_LABEL, STAGING
+from ira.core.replay import RECORDING_LABEL, STAGING, run_targets
 from ira.core.run import Step
 from ira.core.states import StepState
 from ira.runtime.store.timers import Timer
@@ -126,7 +126,8 @@ def plan_run(decision: IncidentDecision, config: WorkflowConfig, *, now: datetim
         tenant_id=decision.tenant_id, run_id=run_id, task_id=new_id("task"), task_kind=TASK_KIND,
         subject_ref=f"incident:{decision.incident_id}", workflow=WORKFLOW,
         environment=run_environment(decision, config), incident_id=decision.incident_id, contract=run_contract(planned),
-        bindings={**run_bindings(decision, now=now), "not_planned": not_planned},
+        bindings={**run_bindings(decision, now=now), "not_planned": not_planned,
+                  "targets": run_targets(run_environment(decision, config), notifications=config.notification_channel)},
         steps=steps, outbox=wakeups, idempotency_key=decision.evaluation_id,
         events=(EventDraft(type=RunEventType.RUN_CREATED, data={
             "incident_id": decision.incident_id, "evaluation_id": decision.evaluation_id, "workflow": WORKFLOW,

@@ -20,6 +20,30 @@ REPLAY_LABEL = "ira_replay"
 """Label set on every alert a replay sends: the replay it belongs to."""
 RECORDING_LABEL = "ira_recording"
 """Label naming the artifact of the bundle's recording: staging branches answer from it."""
+SANDBOX_TICKETS = "sandbox"
+"""The only ticket target a staging run may bind."""
+STAGING_SINK = "staging-sink"
+"""The only notification target a staging run may bind: records the notification, sends nothing."""
+
+
+def run_targets(environment: str, *, notifications: str) -> dict[str, str]:
+    """What a run may write to, bound when it is created and checked again at dispatch."""
+    if environment == STAGING:
+        return {"tickets": SANDBOX_TICKETS, "notifications": STAGING_SINK}
+    return {"tickets": "tenant", "notifications": notifications}
+
+
+def staging_refusal(environment: str, targets: object, kind: str) -> str | None:
+    """Why a staging run may not use its bound ``kind`` target (None: it may, or it is not staging).
+
+    Checked at dispatch from the stored binding, so a binding changed after the run was
+    created (by hand, by a bug) still never reaches production.
+    """
+    if environment != STAGING:
+        return None
+    bound = targets.get(kind) if isinstance(targets, dict) else None
+    allowed = SANDBOX_TICKETS if kind == "tickets" else STAGING_SINK
+    return None if bound == allowed else f"staging_production_target: {kind} bound to {bound!r}"
 
 
 class BranchOutcome(Model):

@@ -10,6 +10,7 @@ import httpx
 
 from ira.connectors.slack.client import SlackChatPoster, build_web_client
 from ira.connectors.slack.errors import SlackRejectedError
+from ira.notifier.sink import StagingSink
 from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
@@ -75,7 +76,8 @@ class NotifierRole:
             slack = build_slack_channel(platform)
             notifier = Notifier(platform.db, build_channel(platform, client), platform.clock,
                                 max_attempts=s.notifier.max_attempts, backoff=s.notifier.backoff,
-                                faults=FaultPoints(s.faults), others=[slack] if slack else [])
+                                faults=FaultPoints(s.faults),
+                                others=[StagingSink(platform.clock), *([slack] if slack else [])])
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
                                          settings=ConsumerSettings(session_timeout=s.kafka.session_timeout,

@@ -30,11 +30,15 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
     who = Depends(authenticate)
     db, clock = platform.db, platform.clock
 
+    async def admin(caller: Principal = who) -> Principal:
+        """Checked before the body is validated: a viewer is told 403, whatever it sent."""
+        caller.require("admin")
+        return caller
+
     @router.post("/replays", tags=["replays"], status_code=202,
                  openapi_extra=body_limit(MAX_REPLAY_BODY))
-    async def start_replay(body: ReplayRequest, caller: Principal = who) -> JSONResponse:
-        """Replay a bundle into ``staging``: its events go through the normal ingest path."""
-        caller.require("admin")
+    async def start_replay(body: ReplayRequest, caller: Principal = Depends(admin)) -> JSONResponse:
+        """Replay a bundle into ``staging`` (admin): its events go through the normal ingest path."""
         recording = RecordingSet(info=body.manifest, observations=body.observations, runbooks=body.runbooks)
         replay_id, now = new_id("rpl"), clock.now()
         async with db.transaction() as conn:

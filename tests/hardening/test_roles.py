@@ -25,6 +25,10 @@ BODIES: dict[str, dict[str, Any]] = {
 """A valid body per route (the others accept an empty or note-only body)."""
 
 
+ADMIN_ONLY = frozenset({"/v1/replays"})
+"""Routes only an admin may call: an approver is refused (403) like a viewer."""
+
+
 def action_routes(spec: dict[str, Any]) -> list[str]:
     return sorted(path for path, item in spec["paths"].items()
                   if "post" in item and path.startswith("/v1/") and not path.startswith("/v1/sources/"))
@@ -61,7 +65,10 @@ async def test_every_action_route_refuses_no_token_and_viewers_and_admits_approv
     assert {k: v for k, v in refused.items() if k[1] == "none"} == {(r, "none"): 401 for r in routes}
     assert {k: v for k, v in refused.items() if k[1] == "viewer"} == {(r, "viewer"): 403 for r in routes}
     assert decided.status_code == 200 and decided.json()["decided_by"] == "oncall"
-    assert all(status not in (401, 403) and status < 500 for status in admitted.values()), admitted
+    assert all(status not in (401, 403) and status < 500 for (route, who), status in admitted.items()
+               if route not in ADMIN_ONLY or who == "admin"), admitted
+    assert {k: v for k, v in admitted.items() if k[0] in ADMIN_ONLY and k[1] == "approver"} == {
+        (r, "approver"): 403 for r in routes if r in ADMIN_ONLY}
 
 
 async def test_a_viewers_decision_is_403_and_changes_nothing(platform: Platform) -> None:
