@@ -20,7 +20,7 @@ from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
 from ira.coordinator.reconcile import close_with_note
 from ira.core.model import Model
-from ira.runtime.auth import Principal, authenticated_router, principal_for
+from ira.runtime.auth import Principal, authenticated_router, principal_for, requires
 from ira.runtime.bounds import MAX_ID_LENGTH, MAX_REASON_LENGTH, IdPath
 from ira.runtime.http import error_response
 from ira.runtime.session import Sessions
@@ -47,6 +47,11 @@ class CloseRepairBody(Model):
     """The ticket's key if it does exist (the Operation becomes confirmed), else None (not created)."""
 
 
+APPROVER = requires("approver")
+"""Cancel and the work-item actions: a viewer is refused before the body is read. (A decision
+is judged by its approval's own required role, and the refusal is logged on the run.)"""
+
+
 def build_router(settings: Settings, deps: Deps) -> APIRouter:
     """``POST /v1/runs/{id}/cancel``, ``/v1/approvals/{id}/decision``, ``/v1/work-items/{id}/close``."""
     sessions = Sessions(deps.db, clock=deps.clock, ttl=settings.http.session_ttl)
@@ -58,7 +63,7 @@ def build_router(settings: Settings, deps: Deps) -> APIRouter:
 
 
 def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
-    @router.post("/runs/{run_id}/cancel", status_code=202)
+    @router.post("/runs/{run_id}/cancel", status_code=202, openapi_extra=APPROVER)
     async def cancel(run_id: IdPath, body: CancelBody | None = None, caller: Principal = who) -> dict[str, Any]:
         """Stop the run for good; in-flight external actions stay under reconciliation."""
         caller.require("approver")
@@ -68,7 +73,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
                                            at=deps.clock.now())
         return {"run_id": run.run_id, "state": run.state.value, "outcome": run.outcome}
 
-    @router.post("/work-items/{work_item_id}/close")
+    @router.post("/work-items/{work_item_id}/close", openapi_extra=APPROVER)
     async def close_repair(work_item_id: IdPath, body: CloseRepairBody, caller: Principal = who) -> dict[str, Any]:
         """Settle a manual repair with a note; the run resumes from the fact it states."""
         caller.require("approver")
@@ -77,7 +82,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
         return {"work_item_id": work_item_id, "operation_id": op.operation_id, "fact_state": op.fact_state.value,
                 "evidence_ref": evidence_ref}
 
-    @router.post("/work-items/{work_item_id}/draft-anyway")
+    @router.post("/work-items/{work_item_id}/draft-anyway", openapi_extra=APPROVER)
     async def draft_anyway(work_item_id: IdPath, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
         """After a required branch failed: draft the ticket anyway, the missing evidence stated."""
         caller.require("approver")
@@ -86,7 +91,7 @@ def _actions(router: APIRouter, deps: Deps, who: Any) -> None:
                                              note=body.note, config=deps.config, at=deps.clock.now())
         return {"work_item_id": work_item_id, "run_id": run.run_id, "state": run.state.value}
 
-    @router.post("/work-items/{work_item_id}/retry")
+    @router.post("/work-items/{work_item_id}/retry", openapi_extra=APPROVER)
     async def retry_branches(work_item_id: IdPath, body: NoteBody, caller: Principal = who) -> dict[str, Any]:
         """After a required branch failed: run each failed branch again (a new attempt, a fresh
         slice and deadline); the join waits for them and judges each branch by its latest attempt."""

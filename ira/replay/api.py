@@ -15,7 +15,7 @@ from ira.readmodel.replay import BRANCHES
 from ira.replay import store
 from ira.replay.models import MAX_REPLAY_BODY, ReplayList, ReplayReport, ReplayRequest, ReplayView
 from ira.replay.watch import ReplayConfig
-from ira.runtime.auth import Principal, authenticated_router, principal_for
+from ira.runtime.auth import Principal, authenticated_router, principal_for, requires
 from ira.runtime.body import body_limit
 from ira.runtime.bounds import IdPath
 from ira.runtime.platform import Platform
@@ -31,12 +31,12 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
     db, clock = platform.db, platform.clock
 
     async def admin(caller: Principal = who) -> Principal:
-        """Checked before the body is validated: a viewer is told 403, whatever it sent."""
+        """Checked again after ``requires("admin")`` refused everyone else before the body was read."""
         caller.require("admin")
         return caller
 
     @router.post("/replays", tags=["replays"], status_code=202,
-                 openapi_extra=body_limit(MAX_REPLAY_BODY))
+                 openapi_extra={**body_limit(MAX_REPLAY_BODY), **requires("admin")})
     async def start_replay(body: ReplayRequest, caller: Principal = Depends(admin)) -> JSONResponse:
         """Replay a bundle into ``staging`` (admin): its events go through the normal ingest path."""
         recording = RecordingSet(info=body.manifest, observations=body.observations, runbooks=body.runbooks)

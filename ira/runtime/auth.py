@@ -134,20 +134,34 @@ def principal_for(settings: Settings, sessions: Sessions | None = None) -> Authe
     return authenticate
 
 
+ROLE = "x-ira-role"
+"""The OpenAPI extension key of the role a route requires before its body is read."""
+
+
+def requires(role: str) -> dict[str, Any]:
+    """``openapi_extra`` for a route of an :func:`authenticated_router` that only ``role`` may call:
+    everyone else is answered 403 before the body is read (and the OpenAPI says so)."""
+    return {ROLE: role}
+
+
 def authenticated_router(authenticate: Authenticate, **options: Any) -> APIRouter:
     """An APIRouter whose routes authenticate the caller *before* FastAPI reads the body.
 
     FastAPI reads and parses a route's body before it solves the route's dependencies, so a
     bearer dependency alone lets anyone make the process read a body (up to the route's
-    limit) and parse it before the 401. Here the route handler itself starts with the check.
+    limit) and parse it before the 401. Here the route handler itself starts with the check,
+    and with the route's :func:`requires` role if it states one.
     """
 
     class AuthenticatedRoute(APIRoute):
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
+            role = (self.openapi_extra or {}).get(ROLE)
 
             async def authenticated(request: Request) -> Response:
-                await authenticate(request)
+                principal = await authenticate(request)
+                if role is not None:
+                    principal.require(role)
                 return await handler(request)
 
             return authenticated

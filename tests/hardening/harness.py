@@ -12,6 +12,7 @@ import httpx
 from ira.coordinator.api import build_router
 from ira.coordinator.main import build_deps
 from ira.dashboard.main import role
+from ira.replay.main import role as replay
 from ira.runtime.http import create_app
 from ira.runtime.platform import Platform
 from ira.sources.main import role as sources
@@ -26,9 +27,9 @@ def bearer(token: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(platform: Platform) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
-    """Every route of the dashboard, coordinator and sources roles, as ``ira dev`` serves them."""
+    """Every route of the dashboard, coordinator, sources and replay roles, as ``ira dev`` serves them."""
     routers = [*role.routers(platform), build_router(platform.settings, build_deps(platform)),
-               *sources.routers(platform)]
+               *sources.routers(platform), *replay.routers(platform)]
     app = create_app(metrics=platform.metrics, routers=routers)
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as client:
         yield base, client

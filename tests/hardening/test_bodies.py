@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from ira.runtime.platform import Platform
-from tests.hardening.harness import ADMIN, bearer, served, status_of
+from tests.hardening.harness import ADMIN, VIEWER, bearer, served, status_of
 
 MIB = 1024 * 1024
 
@@ -42,6 +42,16 @@ async def test_a_bearer_route_answers_401_before_reading_the_body(platform: Plat
         closed = await asyncio.wait_for(reader.read(1), 10)
         writer.close()
     assert status_of(answer) == 401 and b"connection: close" in answer.lower() and closed == b""
+
+
+async def test_a_viewer_is_refused_403_before_the_body_is_read(platform: Platform) -> None:
+    async with served(platform) as (base, _):
+        reader, writer = await open_request(
+            base, f"POST /v1/runs/x/cancel HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {VIEWER}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {60 * 1024}\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(65536), 10)  # the body is never sent
+        writer.close()
+    assert status_of(answer) == 403 and b"connection: close" in answer.lower()
 
 
 async def test_a_chunked_body_is_counted_as_it_arrives(platform: Platform) -> None:

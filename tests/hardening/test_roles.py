@@ -3,7 +3,8 @@
 The action routes are read from the OpenAPI (every POST under ``/v1`` but the webhook), so a
 new command joins the matrix by existing. No token is 401 everywhere, a viewer is 403
 everywhere (a viewer's decision on a real waiting approval included), and an approver or an
-admin is never refused for their role. The run is real: the coordinator's steps drove it to
+admin is never refused for a role they hold (an admin-only route, such as starting a replay,
+refuses an approver). The run is real: the coordinator's steps drove it to
 its approval.
 """
 
@@ -25,13 +26,10 @@ BODIES: dict[str, dict[str, Any]] = {
 """A valid body per route (the others accept an empty or note-only body)."""
 
 
-ADMIN_ONLY = frozenset({"/v1/replays"})
-"""Routes only an admin may call: an approver is refused (403) like a viewer."""
-
-
-def action_routes(spec: dict[str, Any]) -> list[str]:
-    return sorted(path for path, item in spec["paths"].items()
-                  if "post" in item and path.startswith("/v1/") and not path.startswith("/v1/sources/"))
+def action_routes(spec: dict[str, Any]) -> dict[str, str | None]:
+    """Every POST under /v1 but the webhook, with the role it declares (``x-ira-role``) if any."""
+    return {path: item["post"].get("x-ira-role") for path, item in sorted(spec["paths"].items())
+            if "post" in item and path.startswith("/v1/") and not path.startswith("/v1/sources/")}
 
 
 def concrete(path: str, ids: dict[str, str]) -> str:
@@ -65,10 +63,12 @@ async def test_every_action_route_refuses_no_token_and_viewers_and_admits_approv
     assert {k: v for k, v in refused.items() if k[1] == "none"} == {(r, "none"): 401 for r in routes}
     assert {k: v for k, v in refused.items() if k[1] == "viewer"} == {(r, "viewer"): 403 for r in routes}
     assert decided.status_code == 200 and decided.json()["decided_by"] == "oncall"
+    admin_only = {r for r, role in routes.items() if role == "admin"}
+    assert routes["/v1/replays"] == "admin" and routes["/v1/runs/{run_id}/cancel"] == "approver"
+    assert {k: v for k, v in admitted.items() if k[0] in admin_only and k[1] == "approver"} == {
+        (r, "approver"): 403 for r in admin_only}
     assert all(status not in (401, 403) and status < 500 for (route, who), status in admitted.items()
-               if route not in ADMIN_ONLY or who == "admin"), admitted
-    assert {k: v for k, v in admitted.items() if k[0] in ADMIN_ONLY and k[1] == "approver"} == {
-        (r, "approver"): 403 for r in routes if r in ADMIN_ONLY}
+               if not (route in admin_only and who == "approver")), admitted
 
 
 async def test_a_viewers_decision_is_403_and_changes_nothing(platform: Platform) -> None:
