@@ -94,6 +94,18 @@ def test_the_verifier_needs_report_evidence_and_a_confirmed_ticket() -> None:
     assert not doubt.passed and doubt.in_doubt == ("op",)
 
 
+def test_a_report_without_evidence_passes_only_when_it_states_every_gap() -> None:
+    # a run with no source configured drafts from the alert: nothing to cite, the gaps stated
+    from ira.core.report import MissingBranch
+
+    gaps = [MissingBranch(branch=b, reason="not planned: source not configured") for b in ("metrics", "logs")]
+    stated = compose_report(run_id="r", bindings={"incident_id": "i"}, missing=gaps, accepted=[])
+    silent = compose_report(run_id="r", bindings={"incident_id": "i"}, missing=[], accepted=[])
+    ticket = [_op(OperationFact.CONFIRMED_SUCCESS, "INC-1")]
+    assert verify_run(contract=CONTRACT, report=stated, ops=ticket).passed
+    assert not verify_run(contract=CONTRACT, report=silent, ops=ticket).passed
+
+
 def test_a_required_branch_with_no_source_configured_is_a_stated_gap_and_the_run_drafts() -> None:
     nothing = BranchResult(branch=BranchKind.LOGS, stop_reason=StopReason.ERROR, error="no evidence; tool errors: "
                            "not_configured", gap="no source is configured for logs.search")

@@ -116,9 +116,16 @@ async def test_nothing_configured_drafts_from_the_alert_and_asks_for_approval(db
         log = [e.type for e in await runs.list_events(conn, "acme", run.run_id)]
     async with api(deps) as client:
         events = (await client.get(f"/v1/runs/{run.run_id}/events", headers=auth("viewer"))).json()["events"]
-    html = await _run_page(db, run.run_id)
+        html = await _run_page(db, run.run_id)
+        draft = await _draft(db, run.run_id)
+        # approved, the ticket is filed and the run completes: a draft that states every gap needs no evidence
+        decided = await client.post(f"/v1/approvals/{approvals[0].approval_id}/decision", headers=auth("lead"),
+                                    json={"decision": "approve"})
+        await pump.drain()
     await pump.close()
-    draft = await _draft(db, run.run_id)
+    done = await run_for_incident(db, d.incident_id)
+    assert decided.status_code == 200, decided.text
+    assert done is not None and (done.state, done.outcome) == (RunState.COMPLETED, "ticket_created")
     body = draft.request.body
     assert html.count('<div class="name">join') == 1 and "no data source configured" in html
     assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)

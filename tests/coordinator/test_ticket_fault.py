@@ -22,6 +22,7 @@ from ira.connectors.tickets.builtin import BuiltinTicketSystem
 from ira.connectors.tickets.schema import tickets
 from ira.connectors.tickets.tenants import remote_ticket_system
 from ira.coordinator import operations, records
+from ira.infra.demo import DEMO_BUNDLE
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.receipt import namespace
@@ -64,7 +65,9 @@ kafka:
 coordinator:
   root_budget: {steps: 40, tool_calls: 40}
   branch_budget: {steps: 5, tool_calls: 5}
-"""
+agents:
+  recorded_bundle: %s
+""" % DEMO_BUNDLE
 
 
 @asynccontextmanager
