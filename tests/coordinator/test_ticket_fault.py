@@ -22,7 +22,6 @@ from ira.connectors.tickets.builtin import BuiltinTicketSystem
 from ira.connectors.tickets.schema import tickets
 from ira.connectors.tickets.tenants import remote_ticket_system
 from ira.coordinator import operations, records
-from ira.infra.demo import DEMO_BUNDLE
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.receipt import namespace
@@ -34,6 +33,7 @@ from ira.core.events import RunEventType
 from ira.core.ports import TicketSystem
 from ira.core.states import OperationFact, RunState, StepState
 from ira.core.ticket import TicketRequest
+from ira.infra.demo import DEMO_BUNDLE
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
 from ira.runtime.bus.producer import BusProducer
