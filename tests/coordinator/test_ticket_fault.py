@@ -65,9 +65,7 @@ kafka:
 coordinator:
   root_budget: {steps: 40, tool_calls: 40}
   branch_budget: {steps: 5, tool_calls: 5}
-agents:
-  recorded_bundle: %s
-""" % DEMO_BUNDLE
+""" + f"agents:\n  recorded_bundle: {DEMO_BUNDLE}\n"
 
 
 @asynccontextmanager
