@@ -15,9 +15,10 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import AuthenticationError, NotFoundError, PermissionDeniedError
+from ira.core.replay import STAGING
 from ira.core.states import IncidentStatus, RunState, WaitKind
 from ira.dashboard.templating import render_page
-from ira.readmodel import detail, events, incidents, reports, runs, tickets, work
+from ira.readmodel import detail, events, incidents, replays, reports, runs, tickets, work
 from ira.readmodel.channels import channel_problems
 from ira.runtime.auth import SESSION_COOKIE, Principal, authenticate_request, csrf_token
 from ira.runtime.platform import Platform
@@ -70,9 +71,11 @@ def build_pages(platform: Platform, sessions: Sessions) -> APIRouter:
         return render_page("incident.html", viewer=viewer, incident=found, asks=asks, nav="incidents")
 
     @router.get("/runs")
-    async def runs_page(viewer: Viewer, state: RunState | None = None) -> HTMLResponse:
+    async def runs_page(viewer: Viewer, state: RunState | None = None, environment: str | None = None) -> HTMLResponse:
+        """Production's runs; staging's (replays) with ``?environment=staging``."""
         async with db.reader() as conn:
-            listed = await runs.list_runs(conn, viewer.tenant_id, state=state, limit=200)
+            listed = await runs.list_runs(conn, viewer.tenant_id, state=state, limit=200,
+                                          environment=environment if environment == STAGING else None)
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("runs.html", viewer=viewer, runs=listed.runs, state=state, asks=asks, nav="runs")
 
@@ -93,6 +96,13 @@ def build_pages(platform: Platform, sessions: Sessions) -> APIRouter:
                                                 system=platform.settings.tickets_for(viewer.tenant_id).kind)
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("tickets.html", viewer=viewer, tickets=listed.tickets, asks=asks, nav="tickets")
+
+    @router.get("/replays")
+    async def replays_page(viewer: Viewer) -> HTMLResponse:
+        async with db.reader() as conn:
+            listed = await replays.list_replays(conn, viewer.tenant_id)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("replays.html", viewer=viewer, replays=listed, asks=asks, nav="replays")
 
     @router.get("/runs/{run_id}")
     async def run_page(run_id: str, request: Request, viewer: Viewer) -> HTMLResponse:

@@ -87,6 +87,11 @@ async def test_replays_of_a_bundle_run_in_staging_and_compare(dev: DevProcess, t
             outcome.pop("duration_seconds")
         assert without_ids_and_times(first) == without_ids_and_times(second)  # deterministic
         assert first["draft_body"] and first["hypotheses"] and first["facts"]
+        page = (await api.get("/replays")).text  # the dashboard: the comparison side by side, marked staging
+        assert all(r["replay_id"] in page for r in replays) and "staging" in page
+        assert lines[-1].split(": ", 1)[1].split(";")[0].replace("(", "") in page.replace("(", "")
+        assert staging[0]["run_id"] not in (await api.get("/runs")).text
+        assert staging[0]["run_id"] in (await api.get("/runs", params={"environment": "staging"})).text
 
 
 async def test_a_bundle_of_another_tenant_service_and_alert_replays(dev: DevProcess, tmp_path: Path) -> None:

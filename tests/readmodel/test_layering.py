@@ -13,7 +13,7 @@ from pathlib import Path
 import ira
 
 ROOT = Path(ira.__file__).parent
-TABLE_MODULES = {"ira.triage.tables", "ira.coordinator.schema", "ira.connectors.tickets.schema"}
+TABLE_MODULES = {"ira.triage.tables", "ira.coordinator.schema", "ira.connectors.tickets.schema", "ira.replay.tables"}
 READERS = {"dashboard", "notifier", "readmodel", "replay"}
 
 
