@@ -11,16 +11,21 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
 from ira.infra.demo import DEMO_BUNDLE
 from tests.e2e.devprocess import DevProcess
 from tests.processes import ira_command
+from tests.services import require_service
+from tests.store_fixtures import postgres_test_url
 
 pytestmark = pytest.mark.slow
 ADMIN = {"authorization": "Bearer dev-admin-token"}
@@ -28,15 +33,44 @@ _VOLATILE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z?|\b[a-z]{2
                        r"|sha256:[0-9a-f]{64}")
 
 
-@pytest.fixture
-async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
+@asynccontextmanager
+async def dev_on(tmp_path: Path, **env: str) -> AsyncIterator[DevProcess]:
     (tmp_path / "home").mkdir()
-    process = DevProcess.on(tmp_path / "home")
+    process = DevProcess.on(tmp_path / "home", **env)
     await process.start()
     try:
         yield process
     finally:
         await process.stop()
+
+
+@pytest.fixture
+async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
+    async with dev_on(tmp_path) as process:
+        yield process
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def dev_on_each_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DevProcess]:
+    """``ira dev`` on its SQLite file, or on a fresh PostgreSQL database dropped afterwards."""
+    if request.param == "sqlite":
+        async with dev_on(tmp_path) as process:
+            yield process
+        return
+    name = f"replay_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = await asyncpg.connect(postgres_test_url(), timeout=5)
+    except (OSError, asyncpg.PostgresError) as exc:
+        require_service("postgresql", f"{postgres_test_url()} unreachable: {exc}")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    try:
+        async with dev_on(tmp_path, IRA_DATABASE_URL=postgres_test_url().rsplit("/", 1)[0] + f"/{name}") as process:
+            yield process
+    finally:
+        admin = await asyncpg.connect(postgres_test_url(), timeout=5)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 async def replay(dev: DevProcess, bundle: Path) -> tuple[int, list[str]]:
@@ -61,7 +95,9 @@ def rewritten(source: Path, target: Path, name: str, **changes: Any) -> Path:
     return target
 
 
-async def test_replays_of_a_bundle_run_in_staging_and_compare(dev: DevProcess, tmp_path: Path) -> None:
+async def test_replays_of_a_bundle_run_in_staging_and_compare(dev_on_each_backend: DevProcess,
+                                                              tmp_path: Path) -> None:
+    dev = dev_on_each_backend
     failing = rewritten(DEMO_BUNDLE, tmp_path / "failing", "expectations.json",
                         ticket_draft_mentions=["order-service", "nowhere-in-the-draft"])
     (code, lines), (failing_code, failing_lines) = await asyncio.gather(replay(dev, DEMO_BUNDLE),
