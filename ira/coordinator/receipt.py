@@ -50,7 +50,8 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
             "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,
             "external_url": ticket.url, "receipt_ref": receipt.ref,
             "adopted": adopted, "owner_epoch": epoch, "late": run.state in TERMINAL_RUN_STATES})], at=now)
-        if run.state in TERMINAL_RUN_STATES:  # no completion notice will say it: this one does
-            await announce(conn, run, kind=NotificationKind.TICKET_CREATED, config=deps.config, at=now,
-                           data={"ticket_key": ticket.key, "title": ticket.title, "late": True})
+        # people hear of the ticket when it exists (late: found after the run ended, by reconciliation)
+        await announce(conn, run, kind=NotificationKind.TICKET_CREATED, config=deps.config, at=now,
+                       data={"ticket_key": ticket.key, "title": ticket.title, "url": ticket.url,
+                             "late": run.state in TERMINAL_RUN_STATES})
         return receipt.ref

@@ -33,7 +33,7 @@ async def test_decision_to_completed_run_with_one_ticket(db: Database) -> None:
     assert detail["operations"][0]["external_ref"] == "INC-1"
     assert [e["run_seq"] for e in events] == list(range(1, len(events) + 1))
     kinds = [d.payload["kind"] for d in pump.deliveries]
-    assert kinds == ["approval_requested", "approval_decided", "run_completed"]
+    assert kinds == ["approval_requested", "approval_decided", "ticket_created", "run_completed"]
 
 
 async def _runs(conn):  # type: ignore[no-untyped-def]

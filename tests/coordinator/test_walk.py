@@ -40,7 +40,7 @@ async def test_the_whole_walk_ends_with_one_ticket_and_a_signed_notification(
                                        json={"decision": "approve"})
             assert answer.status_code == 200, answer.text
             await eventually(lambda: _state(db, d.incident_id, RunState.COMPLETED), timeout=60, message="completed")
-            await eventually(lambda: len(hook.received) >= 2, timeout=30, message="completion posted")
+            await eventually(lambda: len(hook.received) >= 4, timeout=30, message="decision, ticket, completion posted")
             detail = await _settled_detail(client, waiting.run_id)
             events = (await client.get(f"/v1/runs/{waiting.run_id}/events", headers=auth("viewer"))).json()["events"]
             tickets = (await client.get("/v1/tickets", headers=auth("viewer"))).json()["tickets"]
@@ -55,10 +55,10 @@ async def test_the_whole_walk_ends_with_one_ticket_and_a_signed_notification(
         assert detail["budget_slices"][branch]["tool_calls"] == {"limit": 5, "reserved": 0, "settled": 1}
     assert detail["budget"]["tool_calls"] == {"limit": 40, "reserved": 0, "settled": 3}
     assert detail["budget"]["steps"]["reserved"] == 0 and detail["budget"]["steps"]["settled"] >= 5
-    assert [d["state"] for d in detail["deliveries"]] == ["accepted", "accepted", "accepted"]
+    assert [d["state"] for d in detail["deliveries"]] == ["accepted"] * 4
     assert all(d["receipts"][0]["detail"]["status"] == 200 for d in detail["deliveries"])
     kinds = [json.loads(r.body)["kind"] for r in hook.received]
-    assert sorted(kinds) == ["approval_decided", "approval_requested", "run_completed"]
+    assert sorted(kinds) == ["approval_decided", "approval_requested", "run_completed", "ticket_created"]
     for request in hook.received:
         assert verify_signature("hook-secret", request.headers, request.body, now=time.time())
         body = json.loads(request.body)

@@ -71,7 +71,7 @@ def accepted_at(row: dict[str, Any]) -> str:
     return str(detail["ts"])
 
 
-async def test_run_completed_is_a_thread_notice_with_a_receipt(db: Database) -> None:
+async def test_ticket_created_and_run_completed_are_thread_notices_with_receipts(db: Database) -> None:
     async with slack_rig(db) as rig:
         await rig.notify()
         [posted] = rig.approval_posts()
@@ -82,6 +82,8 @@ async def test_run_completed_is_a_thread_notice_with_a_receipt(db: Database) -> 
         replies = {m["ts"]: m for m in rig.slack.replies(posted["ts"])}
     completed = replies[accepted_at(rows["run_completed"])]
     assert "Run completed" in completed["text"] and "Ticket INC-1" in json.dumps(completed["blocks"])
+    created = replies[accepted_at(rows["ticket_created"])]  # the ticket is news of its own, in the thread
+    assert "Ticket INC-1 created" in created["text"]
     assert accepted_at(rows["approval_requested"]) == posted["ts"]
 
 
