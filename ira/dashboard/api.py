@@ -99,10 +99,12 @@ def _incident_reads(router: APIRouter, settings: Settings, db: Database, who: An
     async def list_incidents(caller: Principal = who,
                              status: Annotated[IncidentStatus | None, Query(description="open | resolved | closed")]
                              = None, limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                             environment: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
                              ) -> dict[str, list[incidents.IncidentView]]:
-        """The caller's tenant's incidents, newest first."""
+        """The caller's tenant's incidents, newest first; staging's (replays) only with ``?environment=staging``."""
         async with db.reader() as conn:
-            return {"incidents": await incidents.list_incidents(conn, caller.tenant_id, status=status, limit=limit)}
+            return {"incidents": await incidents.list_incidents(conn, caller.tenant_id, status=status, limit=limit,
+                                                                environment=environment)}
 
     @router.get("/incidents/{incident_id}", tags=["incidents"])
     async def get_incident(incident_id: IdPath, caller: Principal = who) -> incidents.IncidentDetail:

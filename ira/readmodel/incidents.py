@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import Field
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import NotFoundError
 from ira.core.model import Model
 from ira.core.redact import Redactor
+from ira.core.replay import STAGING
 from ira.core.states import IncidentStatus, OperationFact
 from ira.readmodel.rows import view_of
 from ira.readmodel.runs import RunSummary, list_runs
@@ -83,9 +84,12 @@ _SHAPES = Redactor()
 
 async def list_incidents(
     conn: AsyncConnection, tenant_id: str, *, status: IncidentStatus | None = None, limit: int = 50,
+    environment: str | None = None,
 ) -> list[IncidentView]:
-    """The tenant's incidents, newest first."""
+    """The tenant's incidents, newest first; staging's (replays) only when ``environment`` asks for them."""
     query = select(*_COLUMNS).where(incidents.c.tenant_id == tenant_id)
+    env = incidents.c.environment
+    query = query.where(env == environment if environment else or_(env.is_(None), env != STAGING))
     if status is not None:
         query = query.where(incidents.c.status == status)
     rows = (await conn.execute(query.order_by(incidents.c.opened_at.desc(), incidents.c.incident_id.desc())

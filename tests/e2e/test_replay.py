@@ -114,6 +114,9 @@ async def test_replays_of_a_bundle_run_in_staging_and_compare(dev_on_each_backen
 
     async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as api:
         assert (await api.get("/v1/runs")).json()["runs"] == []  # staging never mixes with production
+        assert (await api.get("/v1/incidents")).json()["incidents"] == []
+        incidents = (await api.get("/v1/incidents", params={"environment": "staging"})).json()["incidents"]
+        assert len(incidents) == 2 and {i["environment"] for i in incidents} == {"staging"}
         staging = (await api.get("/v1/runs", params={"environment": "staging"})).json()["runs"]
         assert len(staging) == 2 and {r["environment"] for r in staging} == {"staging"}
         replays = (await api.get("/v1/replays")).json()["replays"]
