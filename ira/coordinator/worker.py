@@ -18,7 +18,7 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
 from ira.coordinator.workflow import COORDINATOR_KINDS
-from ira.core.decision import DECISIONS_INBOX
+from ira.core.decision import DECISIONS_INBOX, UPDATES_INBOX
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
@@ -29,6 +29,7 @@ from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
 log = logging.getLogger(__name__)
 DECISIONS_CONSUMER = DECISIONS_INBOX
 STEPS_CONSUMER = "coordinator-steps"
+UPDATES_CONSUMER = UPDATES_INBOX
 
 
 def group_prefix(environment: str) -> str:
@@ -54,6 +55,11 @@ class CoordinatorWorker:
             topics=[topic_name(Topic.INCIDENTS, env)], name=DECISIONS_CONSUMER, handler=self._on_decision,
             producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
             on_lag=_named(DECISIONS_CONSUMER, on_lag))
+        self.updates = ConsumerRunner(  # follow-ups: their own topic and group, never ahead of a new run request
+            bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-updates{group_suffix}",
+            topics=[topic_name(Topic.INCIDENT_UPDATES, env)], name=UPDATES_CONSUMER, handler=self._on_decision,
+            producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
+            on_lag=_named(UPDATES_CONSUMER, on_lag))
         self.steps = ConsumerRunner(
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-steps{group_suffix}",
             topics=[topic_name(Topic.STEPS, env)], name=STEPS_CONSUMER, handler=self._on_step, producer=producer,
@@ -84,7 +90,7 @@ class CoordinatorWorker:
 
     async def run(self, stop: asyncio.Event, *, drain: timedelta = timedelta(seconds=10)) -> None:
         try:
-            await asyncio.gather(self.decisions.run(stop), self.steps.run(stop))
+            await asyncio.gather(self.decisions.run(stop), self.updates.run(stop), self.steps.run(stop))
         finally:
             await self._drain(drain)
 

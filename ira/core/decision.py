@@ -1,4 +1,5 @@
-"""What triage tells the coordinator (``ira.incidents.v1``, envelope type ``incident.decision``).
+"""What triage tells the coordinator (envelope type ``incident.decision``): ``create_run`` on
+``ira.incidents.v1``, ``deliver`` on ``ira.incident-updates.v1``.
 
 Only ``create_run`` and ``deliver`` are published; ``ignore`` stays in triage's evaluations.
 The coordinator is idempotent on ``evaluation_id`` (C1 runs are keyed by it).
@@ -13,7 +14,9 @@ from ira.core.model import Model
 
 DECISION_MESSAGE = "incident.decision"
 DECISIONS_INBOX = "coordinator"
-"""The consumer (inbox name) that applies decisions: a decision is sent again until it holds it."""
+"""The consumer (inbox name) that applies run requests: a decision is sent again until it holds it."""
+UPDATES_INBOX = "coordinator-updates"
+"""The consumer (inbox name) that applies ``deliver`` decisions, from their own topic."""
 
 
 class IncidentDecision(Model):

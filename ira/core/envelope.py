@@ -21,6 +21,9 @@ SCHEMA_VERSION = 1
 class Topic(StrEnum):
     ALERTS = "ira.alerts.v1"
     INCIDENTS = "ira.incidents.v1"
+    """Triage's ``create_run`` decisions: few, and never queued behind another incident's updates."""
+    INCIDENT_UPDATES = "ira.incident-updates.v1"
+    """Triage's ``deliver`` decisions (follow-ups to a run): a storm's volume, on its own topic."""
     STEPS = "ira.steps.v1"
     RUN_EVENTS = "ira.run-events.v1"
     DELIVERIES = "ira.deliveries.v1"

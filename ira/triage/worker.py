@@ -6,9 +6,10 @@ for all of the batch's alerts in one statement, the group's open incident and th
 source identity (:func:`ira.triage.store.look_up`; a known identity is ``ignore/duplicate``,
 the second dedupe). Then, for each ``alert.received`` envelope: decide (:mod:`ira.triage.decide`),
 open or change the incident, and keep the alert row, the evaluation and — for ``create_run``
-and ``deliver`` only — the outbox row of an ``incident.decision`` on ``ira.incidents.v1``
-(keyed ``tenant:incident_id``, so a run's subscription receives its incident's decisions in
-order). Those writes go to the database when the transaction's batch ends
+and ``deliver`` only — the outbox row of an ``incident.decision``: ``create_run`` on
+``ira.incidents.v1``, ``deliver`` on ``ira.incident-updates.v1`` (so a new incident's run
+request never waits behind a storm of follow-ups), keyed ``tenant:incident_id`` so a run's
+subscription receives its incident's updates in order. Those writes go to the database when the transaction's batch ends
 (:meth:`TriageHandler.finish`, the other batch hook), in a few statements for the whole batch.
 ``change.recorded`` envelopes are stored for the investigators. Anything else is poison (DLQ).
 """
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.alert import ALERT_MESSAGE, CHANGE_MESSAGE, AlertEvent, ChangeEvent, DecisionKind, Evaluation
 from ira.core.clock import Clock
 from ira.core.commit import OutboxMessage
-from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, IncidentDecision
+from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, UPDATES_INBOX, IncidentDecision
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import InvalidMessageError, TransientError
 from ira.core.ids import new_id
@@ -86,6 +87,7 @@ class TriageHandler:
         self._settings, self._clock, self._noise = settings, clock, noise
         self._policy = Policy(threshold=settings.severity_threshold, cooldown=settings.cooldown)
         self._topic = topic_name(Topic.INCIDENTS, environment)
+        self._updates_topic = topic_name(Topic.INCIDENT_UPDATES, environment)
         self._batches: WeakKeyDictionary[AsyncConnection, Pending] = WeakKeyDictionary()
 
     async def __call__(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
@@ -229,8 +231,11 @@ class TriageHandler:
             alert=alert, opened_at=record.opened_at, reason=evaluation.reason, basis=evaluation.basis)
         envelope = Envelope(message_id=evaluation.evaluation_id, type=DECISION_MESSAGE, tenant_id=alert.tenant_id,
                             occurred_at=grouped.now, traceparent=traceparent, payload=payload.model_dump(mode="json"))
-        return OutboxMessage(topic=self._topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope,
-                             awaits=DECISIONS_INBOX)
+        # a new incident's run request never waits behind a storm of follow-ups: they go to their own topic
+        # (same key, so an incident's updates stay in order; a deliver exists only once its run does)
+        topic = self._updates_topic if evaluation.decision == DecisionKind.DELIVER else self._topic
+        return OutboxMessage(topic=topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope,
+                             awaits=UPDATES_INBOX if topic == self._updates_topic else DECISIONS_INBOX)
 
 
 class Grouped(Model):

@@ -126,7 +126,7 @@ class Pump:
         return bool(rows)
 
     async def _deliver(self, topic: str, env: Envelope) -> None:
-        if topic.endswith("ira.incidents.v1"):
+        if topic.endswith(("ira.incidents.v1", "ira.incident-updates.v1")):
             await self.decide(env)
         elif env.type == TIMER_FIRED:
             await handle_timer(self.deps, env)

@@ -114,7 +114,7 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
             await dev.stop()
         spans = await spans_of(received, trace_id, {*EVERY_STEP, "approval wait", "ticket operation"})
     # every role's consumers report their lag, the coordinator's and the notifier's included
-    for consumer in ("triage", "coordinator", "coordinator-steps", "agents-steps", "notifier"):
+    for consumer in ("triage", "coordinator", "coordinator-updates", "coordinator-steps", "agents-steps", "notifier"):
         assert f'ira_consumer_lag_messages{{consumer="{consumer}"' in metrics, consumer
     names = Counter(s.name for s in spans)
     # the ingest request is the root; triage and the coordinator continue it over Kafka

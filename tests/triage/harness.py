@@ -85,8 +85,11 @@ async def published(db: Database) -> list[IncidentDecision]:
         found = []
         for row in rows:
             envelope = Envelope.from_bytes(row.value)
-            assert envelope.type == "incident.decision" and row.topic.endswith("ira.incidents.v1")
+            assert envelope.type == "incident.decision"
             decision = IncidentDecision.model_validate(envelope.payload)
+            # run requests and follow-ups travel apart, so a storm of updates never delays a new run
+            expected = "ira.incident-updates.v1" if decision.decision == "deliver" else "ira.incidents.v1"
+            assert row.topic.endswith(expected), (decision.decision, row.topic)
             assert row.key == f"{decision.tenant_id}:{decision.incident_id}"
             assert envelope.message_id == decision.evaluation_id
             found.append(decision)

@@ -50,9 +50,14 @@ async def count(db: Database, table) -> int:  # type: ignore[no-untyped-def]
         return (await conn.execute(select(func.count()).select_from(table))).scalar_one()
 
 
-async def decisions_on_topic(kafka: EmbeddedKafka, bus_env: str, expected: int) -> list[IncidentDecision]:
-    records = await read_topic(kafka, topic_name(Topic.INCIDENTS, bus_env), expected)
+async def decisions_on_topic(kafka: EmbeddedKafka, bus_env: str, expected: int, topic: Topic = Topic.INCIDENTS,
+                            ) -> list[IncidentDecision]:
+    """Run requests are on ``ira.incidents.v1``; follow-ups (deliver) on ``ira.incident-updates.v1``."""
+    records = await read_topic(kafka, topic_name(topic, bus_env), expected)
     return [IncidentDecision.model_validate(Envelope.from_bytes(r.value).payload) for r in records]
+
+
+UPDATES = Topic.INCIDENT_UPDATES
 
 
 async def test_a_resolved_alert_reaches_the_waiting_runs_subscription(
@@ -64,9 +69,10 @@ async def test_a_resolved_alert_reaches_the_waiting_runs_subscription(
         [opened] = await eventually(lambda: decisions_on_topic(kafka, bus_env, 1))
         run_id = await start_run(sqlite_db, opened.incident_id)  # the coordinator's C1, simulated
         await publish(producer, bus_env, [resolved(fingerprint="fp-1", at=T0 + minutes(2))])
-        decisions = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 2), 2))
+        [deliver] = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 1, UPDATES), 1))
 
-    create, deliver = decisions
+    # the follow-up is on the updates topic: a storm of them never stands before a new run request
+    create = opened
     assert (create.decision, deliver.decision) == ("create_run", "deliver")
     assert deliver.incident_id == opened.incident_id and deliver.basis["run_id"] == run_id
     assert (deliver.alert.status, deliver.incident_version) == (AlertStatus.RESOLVED, 2)
@@ -90,7 +96,8 @@ async def test_decisions_keep_each_groups_order(
         for decision in opened:
             await start_run(sqlite_db, decision.incident_id)
         await publish(producer, bus_env, flips)
-        decisions = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 22), 22), timeout=20)
+        updates = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 20, UPDATES), 20), timeout=20)
+    decisions = [*opened, *updates]
 
     for incident_id in {d.incident_id for d in opened}:
         mine = [d for d in decisions if d.incident_id == incident_id]
