@@ -32,6 +32,7 @@ class ProbeRole:
     busy: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     runner: ConsumerRunner | None = None
+    busy_reports: int = 0
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
         router = APIRouter()
@@ -60,7 +61,8 @@ class ProbeRole:
         duty.ready = True
         while not stop.is_set():
             duty.report(idle=not self.busy.is_set(), done=1 if self.busy.is_set() else 0)
-            await asyncio.sleep(0.05)
+            self.busy_reports += self.busy.is_set()
+            await asyncio.sleep(0.05)  # the duty's own pace, not a test's synchronisation
         duty.finished = True
 
 
@@ -125,7 +127,9 @@ async def test_a_stop_refuses_new_requests_first_answers_those_inside_then_drain
         # And the request inside is still answered, while the loops keep running
         role.release.set()
         assert (await inside).status_code == 202
-        await asyncio.sleep(0.5)  # the duty is busy: nothing may have stopped meanwhile
+        # the duty reports busy ten more times while the stop waits for it: nothing may stop meanwhile
+        seen = role.busy_reports
+        await eventually(lambda: role.busy_reports >= seen + 10, timeout=30, message="the duty keeps working")
         assert not task.done() and not role.stopped.is_set()
 
         # Then the loops stop only once the busy duty went quiet
