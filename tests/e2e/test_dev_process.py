@@ -110,14 +110,14 @@ async def test_kill_9_leaves_no_broker_and_the_next_start_adopts_the_redis(tmp_p
     redis_pid = json.loads((data / "redis" / "server.json").read_text())["pid"]
     first.proc.kill()
     first.proc.wait()
-
-    # Then the broker died with it (death signal), while the daemonized Redis is left running
-    await eventually(lambda: not alive({broker}), timeout=10, message="the broker died with ira")
-    assert alive({redis_pid})
-
-    # When ira dev starts again on the same data dir, it adopts that Redis instead of a second one
-    second = DevProcess(tmp_path, "second")
+    second: DevProcess | None = None
     try:
+        # Then the broker died with it (death signal), while the daemonized Redis is left running
+        await eventually(lambda: not alive({broker}), timeout=10, message="the broker died with ira")
+        assert alive({redis_pid})
+
+        # When ira dev starts again on the same data dir, it adopts that Redis instead of a second one
+        second = DevProcess(tmp_path, "second")
         await second.ready()
         assert json.loads((data / "redis" / "server.json").read_text())["pid"] == redis_pid
         assert "adopted the embedded Redis" in second.log_text()
@@ -126,8 +126,11 @@ async def test_kill_9_leaves_no_broker_and_the_next_start_adopts_the_redis(tmp_p
         assert second.proc.wait(timeout=60) == 0, second.log_text()[-2000:]
         await eventually(lambda: not alive(helpers | {redis_pid}), timeout=10, message="nothing left after a stop")
     finally:
-        second.close()
+        if second is not None:
+            second.close()
         first.close()
+        for pid in alive({redis_pid}):  # a failure above must not leave the daemonized Redis behind
+            os.kill(pid, signal.SIGKILL)
 
 
 class DevProcess:
