@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from typing import Any
+
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 
 from ira.runtime.settings.model import TelemetrySettings
@@ -11,33 +16,31 @@ from ira.runtime.store.database import Database
 from tests.coordinator.harness import api, auth, build, decision, envelope, run_for_incident
 
 
-async def test_a_run_keeps_the_trace_of_the_decision_that_started_it(db: Database) -> None:
-    # Given a decision consumed inside a span (the bus continues the alert's trace this way)
+async def detail_of_run_decided(db: Database, span: Span | None) -> dict[str, Any]:
+    """The API's detail of the run that a decision consumed inside ``span`` (or no span) started."""
     pump, _ = build(db)
     d = decision()
-    with TracerProvider().get_tracer("test").start_as_current_span("process ira.decisions.v1") as span:
+    with trace.use_span(span, end_on_exit=True) if span else nullcontext():
         await pump.decide(envelope(d))
     await pump.drain()
     run = await run_for_incident(db, d.incident_id)
     assert run is not None
-    # Then the run's detail carries that trace id
     async with api(pump.deps) as client:
         detail = (await client.get(f"/v1/runs/{run.run_id}", headers=auth("viewer"))).json()
     await pump.close()
+    return detail  # type: ignore[no-any-return]
+
+
+async def test_a_run_keeps_the_trace_of_the_decision_that_started_it(db: Database) -> None:
+    # Given a decision consumed inside a span (the bus continues the alert's trace this way)
+    span = TracerProvider().get_tracer("test").start_span("process ira.incidents.v1")
+    # Then the run's detail carries that trace id
+    detail = await detail_of_run_decided(db, span)
     assert detail["trace_id"] == format(span.get_span_context().trace_id, "032x")
 
 
 async def test_a_run_started_outside_any_trace_has_none(db: Database) -> None:
-    pump, _ = build(db)
-    d = decision()
-    await pump.decide(envelope(d))
-    await pump.drain()
-    run = await run_for_incident(db, d.incident_id)
-    assert run is not None
-    async with api(pump.deps) as client:
-        detail = (await client.get(f"/v1/runs/{run.run_id}", headers=auth("viewer"))).json()
-    await pump.close()
-    assert detail["trace_id"] is None
+    assert (await detail_of_run_decided(db, None))["trace_id"] is None
 
 
 def test_the_trace_link_fills_in_the_trace_id() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,17 +31,27 @@ EVERY_STEP = ("step metrics", "step logs", "step runbooks", "step join", "step s
               "step create_ticket", "step complete")
 
 
-def traced(home: Path, endpoint: str) -> DevProcess:
-    return DevProcess.on(home, command=("dev", "--demo"), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                         OTEL_BSP_SCHEDULE_DELAY="200")
+@asynccontextmanager
+async def traced_dev(home: Path) -> AsyncIterator[tuple[DevProcess, Received]]:
+    """``ira dev --demo`` exporting its spans to a receiver of this test's (which outlives the stop)."""
+    with otlp_receiver() as (endpoint, received):
+        dev = DevProcess.on(home, command=("dev", "--demo"), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                            OTEL_BSP_SCHEDULE_DELAY="200")
+        await dev.start()
+        try:
+            yield dev, received
+        finally:
+            await dev.stop()
 
 
-async def waiting_run(client: httpx.AsyncClient) -> dict[str, Any]:
+async def waiting_run(client: httpx.AsyncClient) -> tuple[str, str]:
+    """The demo run once it waits for approval: its id and its trace id."""
     async def found() -> dict[str, Any] | None:
         listed = (await client.get("/v1/runs", params={"state": "waiting", "wait_kind": "approval"})).json()["runs"]
         return listed[0] if listed else None
 
-    return await eventually(found, timeout=120, interval=0.5, message="the demo run waits for approval")
+    run = await eventually(found, timeout=120, interval=0.5, message="the demo run waits for approval")
+    return run["run_id"], (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
 
 
 async def approve_and_complete(client: httpx.AsyncClient, run_id: str) -> None:
@@ -96,22 +108,17 @@ def named(spans: list[SpanRecord], prefix: str) -> list[SpanRecord]:
 
 @pytest.mark.timeout(300)
 async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_path: Path) -> None:
-    with otlp_receiver() as (endpoint, received):
-        dev = traced(tmp_path, endpoint)
-        await dev.start()
-        try:
-            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
-                run = await waiting_run(client)
-                trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
-                await eventually(lambda: approvals_waiting(client), timeout=30, interval=0.5,
-                                 message="/metrics counts the approval waiting")
-                await post_follow_up(client)
-                await eventually(lambda: delivered(client, run["run_id"]), timeout=60, interval=0.5,
-                                 message="the follow-up alert reaches the run")
-                await approve_and_complete(client, run["run_id"])
-                metrics = (await client.get("/metrics")).text
-        finally:
-            await dev.stop()
+    async with traced_dev(tmp_path) as (dev, received):
+        async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+            run_id, trace_id = await waiting_run(client)
+            await eventually(lambda: approvals_waiting(client), timeout=30, interval=0.5,
+                             message="/metrics counts the approval waiting")
+            await post_follow_up(client)
+            await eventually(lambda: delivered(client, run_id), timeout=60, interval=0.5,
+                             message="the follow-up alert reaches the run")
+            await approve_and_complete(client, run_id)
+            metrics = (await client.get("/metrics")).text
+        await dev.stop()  # flushes the last spans
         spans = await spans_of(received, trace_id, {*EVERY_STEP, "approval wait", "ticket operation"})
     # every role's consumers report their lag, the coordinator's and the notifier's included
     for consumer in ("triage", "coordinator", "coordinator-updates", "coordinator-steps", "agents-steps", "notifier"):
@@ -143,19 +150,14 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
 
 @pytest.mark.timeout(360)
 async def test_the_run_keeps_its_trace_through_a_kill_and_restart_while_waiting(tmp_path: Path) -> None:
-    with otlp_receiver() as (endpoint, received):
-        dev = traced(tmp_path, endpoint)
+    async with traced_dev(tmp_path) as (dev, received):
+        async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+            run_id, trace_id = await waiting_run(client)
+        dev.kill()  # the whole of ira at once, while the run waits for a person
         await dev.start()
-        try:
-            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
-                run = await waiting_run(client)
-                trace_id = (await client.get(f"/v1/runs/{run['run_id']}")).json()["trace_id"]
-            dev.kill()  # the whole of ira at once, while the run waits for a person
-            await dev.start()
-            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
-                await approve_and_complete(client, run["run_id"])
-        finally:
-            await dev.stop()
+        async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as client:
+            await approve_and_complete(client, run_id)
+        await dev.stop()
         spans = await spans_of(received, trace_id, {"approval wait", "step create_ticket", "ticket operation",
                                                     "step complete"})
     assert trace_id and {s.trace_id for s in named(spans, "step create_ticket")} == {trace_id}
