@@ -247,6 +247,8 @@ async def main_async(args: argparse.Namespace) -> None:
         emit({"measure": "storm", "alerts_per_s": args.rate, "seconds": args.seconds, "incidents": args.incidents,
               **counts, "storm_runs": len(storm_runs),
               "run_events_per_incident_max": max((r["last_seq"] for r in storm_runs), default=0)})
+        emit({"measure": "outbox_at_end", **{m.group(1): int(float(m.group(2))) for m in re.finditer(
+            r'^ira_outbox_unsent_messages\{topic="([^"]+)"\} (\S+)$', metrics, re.M)}})
         emit({"measure": "lag_at_end", **{c: lag(metrics, c) for c in (
             "triage", "coordinator", "coordinator-updates", "coordinator-steps", "agents-steps", "notifier")}})
 

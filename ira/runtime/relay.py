@@ -56,12 +56,14 @@ class OutboxRelay:
     admin: TopicAdmin | None = None
     stats: RelayStats = field(default_factory=RelayStats)
     on_published: Callable[[int], None] = lambda _n: None
+    lanes: Sequence[Sequence[str]] = ()
+    """Topics in priority order (``outbox.claim_batch``): latency-critical ones before bulk ones."""
 
     async def relay_once(self) -> int:
         """Publish one batch; returns how many rows were marked sent."""
         async with self.db.transaction() as conn:
             rows = await outbox.claim_batch(conn, relay_id=self.relay_id, now=self.clock.now(),
-                                            lease=self.lease, limit=self.batch_size)
+                                            lease=self.lease, limit=self.batch_size, lanes=self.lanes)
         if not rows:
             return 0
         results = await self.publisher.publish_raw_many(

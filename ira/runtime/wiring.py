@@ -37,13 +37,22 @@ def worker_id(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}"
 
 
+RELAY_LANES: tuple[tuple[Topic, ...], ...] = (
+    (Topic.INCIDENTS, Topic.STEPS, Topic.DELIVERIES),  # a new run, a step, a notification: someone waits
+    (Topic.ALERTS, Topic.RUN_EVENTS, Topic.DLQ),
+)
+"""What the relay publishes first; anything else (a storm's follow-ups on ira.incident-updates.v1) last."""
+
+
 def build_relay(platform: Platform) -> OutboxRelay:
     tuning = platform.settings.runtime
+    env = platform.settings.environment
     return OutboxRelay(db=platform.db, publisher=platform.producer, clock=platform.clock,
                        relay_id=worker_id("relay"), lease=tuning.outbox_claim_lease,
                        batch_size=tuning.relay_batch_size, poll_interval=tuning.relay_poll_interval,
                        faults=FaultPoints(platform.settings.faults), admin=PlatformTopics(platform),
-                       on_published=platform.metrics.relay_published.inc)
+                       on_published=platform.metrics.relay_published.inc,
+                       lanes=[[topic_name(t, env) for t in lane] for lane in RELAY_LANES])
 
 
 def build_scanner(platform: Platform) -> Scanner:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -80,16 +81,36 @@ def _claimable(now: datetime):  # type: ignore[no-untyped-def]
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))
 
 async def claim_batch(
-    conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int
+    conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int,
+    lanes: Sequence[Sequence[str]] = (),
 ) -> list[OutboxRow]:
-    """Lease up to ``limit`` unsent rows, oldest first.
+    """Lease up to ``limit`` unsent rows, oldest first within each lane.
+
+    ``lanes``: topics in priority order; a lane's rows are claimed before the next lane's, and
+    topics in no lane come last. A topic is in one lane only, so each topic (and each key) is
+    still relayed oldest first; a backlog of bulk messages (a storm's follow-ups) no longer
+    stands before a new incident's run request.
 
     The claimable condition is repeated on the outer UPDATE: under PostgreSQL's READ
     COMMITTED a concurrent relay that claimed the same row first makes the re-check fail,
     so a row is never leased twice.
     """
+    listed = [topic for lane in lanes for topic in lane]
+    filters: list[Any] = [outbox.c.topic.in_(list(lane)) for lane in lanes if lane]
+    filters.append(outbox.c.topic.not_in(listed) if listed else None)
+    rows: list[OutboxRow] = []
+    for topics in filters:
+        if len(rows) >= limit:
+            break
+        rows += await _claim(conn, relay_id=relay_id, now=now, lease=lease, limit=limit - len(rows), topics=topics)
+    return sorted(rows, key=lambda r: r.id)
+
+
+async def _claim(conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int,
+                 topics: Any) -> list[OutboxRow]:
+    claimable = _claimable(now) if topics is None else and_(_claimable(now), topics)
     candidates = (
-        select(outbox.c.id).where(_claimable(now)).order_by(outbox.c.id).limit(limit)
+        select(outbox.c.id).where(claimable).order_by(outbox.c.id).limit(limit)
         .with_for_update(skip_locked=True)
     )
     result = await conn.execute(
@@ -99,8 +120,8 @@ async def claim_batch(
         .returning(outbox.c.id, outbox.c.tenant_id, outbox.c.message_id, outbox.c.topic, outbox.c.key,
                    outbox.c.value, outbox.c.headers, outbox.c.created_at)
     )
-    rows = [OutboxRow.model_validate(dict(r._mapping)) for r in result]
-    return sorted(rows, key=lambda r: r.id)
+    return [OutboxRow.model_validate(dict(r._mapping)) for r in result]
+
 
 async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int], at: datetime) -> int:
     """Mark rows this relay still holds as sent; returns how many."""
