@@ -7,12 +7,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.model import Model
-from ira.core.states import ApprovalState, DeliveryState, OperationFact
-from ira.runtime.store.schema import approvals, deliveries, operations
+from ira.runtime.store.schema import (
+    APPROVAL_PENDING,
+    DELIVERY_PENDING,
+    OPERATION_UNKNOWN,
+    approvals,
+    deliveries,
+    operations,
+)
 
 
 class Queue(Model):
@@ -28,18 +34,22 @@ class Backlog(Model):
 
 
 async def read_backlog(conn: AsyncConnection, *, now: datetime) -> Backlog:
-    """Every tenant's queues (the operator's view, not a tenant's): three indexed aggregates."""
+    """Every tenant's queues (the operator's view, not a tenant's): three aggregates, each read
+    from a partial index over just the waiting rows (``ix_approvals_pending`` ...), so a scan
+    costs the size of the queue, not of the table's history."""
     return Backlog(
-        approvals_waiting=await _queue(conn, approvals.c.created_at, approvals.c.state == ApprovalState.PENDING,
-                                       now=now),
-        operations_unknown=await _queue(conn, operations.c.updated_at,
-                                        operations.c.fact_state == OperationFact.UNKNOWN, now=now),
-        deliveries_pending=await _queue(conn, deliveries.c.created_at, deliveries.c.state == DeliveryState.PENDING,
-                                        now=now))
+        approvals_waiting=await _queue(conn, approvals.c.created_at, APPROVAL_PENDING, now=now),
+        operations_unknown=await _queue(conn, operations.c.updated_at, OPERATION_UNKNOWN, now=now),
+        deliveries_pending=await _queue(conn, deliveries.c.created_at, DELIVERY_PENDING, now=now))
+
+
+def queue_query(since: Any, waiting: Any) -> Select[tuple[int, Any]]:
+    """How many rows match ``waiting`` and the oldest ``since`` among them."""
+    return select(func.count(), func.min(since)).where(waiting)
 
 
 async def _queue(conn: AsyncConnection, since: Any, waiting: Any, *, now: datetime) -> Queue:
-    count, oldest = (await conn.execute(select(func.count(), func.min(since)).where(waiting))).one()
+    count, oldest = (await conn.execute(queue_query(since, waiting))).one()
     if not count or oldest is None:
         return Queue()
     if oldest.tzinfo is None:  # SQLite hands back naive datetimes
