@@ -36,6 +36,8 @@ bench: $(STAMP)
 	  echo "== bench/$$name.py (--ops $(BENCH_OPS))" >&2; \
 	  $(PY) "bench/$$name.py" --ops $(BENCH_OPS) || exit 1; \
 	done
+	@echo "== bench/ingest.py --pipeline --compare-alertmanager (--ops $(BENCH_OPS))" >&2
+	@$(PY) bench/ingest.py --pipeline --compare-alertmanager --ops $(BENCH_OPS)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \

@@ -15,7 +15,7 @@ from ira.runtime.process import GATEWAY
 from ira.runtime.role import load_roles
 from ira.runtime.settings import load_settings
 from ira.runtime.stack import open_platform
-from ira.runtime.supervisor import build_http, install_stop_signals, supervise
+from ira.runtime.supervisor import Supervision, build_http, install_stop_signals, supervise
 from ira.runtime.telemetry import setup_tracing, shutdown_tracing
 
 
@@ -23,12 +23,12 @@ async def main() -> int:
     settings = load_settings(os.environ)
     roles = load_roles()
     tracer = setup_tracing(settings, service_name=f"ira-{GATEWAY}")
-    stop = asyncio.Event()
-    install_stop_signals(stop)
+    supervision = Supervision()
+    install_stop_signals(supervision)
     try:
         async with open_platform(settings, embedded=False, say=print) as platform:
-            server = build_http(platform, [roles["sources"]], tracer)
-            return await supervise(platform, [roles["relay"]], server=server, stop=stop)
+            server = build_http(platform, [roles["sources"]], supervision, tracer)
+            return await supervise(platform, [roles["relay"]], server=server, supervision=supervision)
     finally:
         shutdown_tracing(tracer)
 

@@ -2,6 +2,19 @@
 
 Usage: .venv/bin/python bench/ingest.py [--duration 6] [--rounds 3] [--connections 32] [--ops N]
        [--ack store,broker] [--untraced]
+       .venv/bin/python bench/ingest.py --pipeline [--compare-alertmanager] [--duration 6] [--rounds 3]
+
+``--pipeline`` measures the whole ``ira dev`` instead (every role in one process, its embedded
+broker and Redis, SQLite; the dev config with the rate limits raised): alerts/s and p50/p99 as
+wrk sees them, and the CPU per alert of every process of the ira dev tree (``ira dev`` itself,
+the Tansu broker it started, the Redis server it daemonized; ``/proc/<pid>/stat``), both over
+wrk's window and until triage had handled every alert accepted in it (``cpu_ms_per_alert`` and
+``cpu_ms_per_alert_drained``). Whether triage keeps up: the backlog (alerts accepted at the edge
+minus alerts triage handled, from ira's counters) sampled every second during the window, and
+how long after wrk stopped triage needed to catch up (``caught_up_s``). With
+``--compare-alertmanager`` a Debian Alertmanager takes the same load in the same round, back to
+back, and the ratio lines compare alerts/s and CPU per alert (``value`` >= 1 is ira ahead on
+throughput; for CPU, ira's ms per alert over Alertmanager's).
 
 What runs (all on this machine, on loopback):
 
@@ -54,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import yaml
 
 from ira.core.envelope import Topic, topic_name
@@ -63,11 +77,13 @@ from ira.runtime.settings import render_config_template
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "ingest.lua"
-IRA = ROOT / ".venv" / "bin" / "ira"
+IRA = Path(sys.executable).with_name("ira")
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 AM_TOKEN = "dev-am-token"
 SCENARIOS = (("single", 1, 0), ("batch100", 100, 0), ("dup90", 1, 90))
 _METRIC = re.compile(r'^(ira_source_events_(?:accepted|duplicate)_total)\{source="am"\} (\S+)$', re.M)
+_TRIAGED = re.compile(r'^ira_messages_(?:handled|duplicate)_total\{consumer="triage"\} (\S+)$', re.M)
+_TRIAGE_LAG = re.compile(r'^ira_consumer_lag_messages\{consumer="triage",[^}]*\} (\S+)$', re.M)
 
 
 def progress(message: str) -> None:
@@ -87,11 +103,34 @@ class Target:
     format: str
     pid: int
     headers: tuple[str, ...] = ()
+    others: tuple[int, ...] = ()
+    """Further processes whose CPU is the target's too (the ira dev tree: broker, Redis)."""
+    pipeline: bool = False
+    """The whole ira dev: measured until triage caught up (``measure_pipeline``)."""
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid, *self.others)
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """user + system CPU of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        return str(pid)
+
+
+def cpu_of(target: Target) -> dict[int, float]:
+    return {pid: cpu_seconds(pid) for pid in target.pids}
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
@@ -186,6 +225,42 @@ def alertmanager(tmp: Path) -> Iterator[Target]:
                      ("Content-Type: application/json",))
 
 
+def dev_tree(pid: int, data_dir: Path) -> tuple[int, ...]:
+    """The processes of an ``ira dev`` besides itself: its children (the broker), and the
+    embedded Redis, which daemonizes (not a child; its pid is in ``redis/server.json``)."""
+    children = [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    redis_pid = json.loads((data_dir / "redis" / "server.json").read_text())["pid"]
+    return tuple(dict.fromkeys([*children, int(redis_pid)]))
+
+
+@contextlib.contextmanager
+def ira_dev(tmp: Path) -> Iterator[Target]:
+    """The whole ``ira dev`` (every role, embedded broker and Redis, SQLite), dev config with the
+    edge's rate limits raised; stopped with SIGINT (its drain), killed if that hangs."""
+    home = tmp / "dev"
+    home.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IRA_", "OTEL_"))}
+    env.update(IRA_CONFIG=str(ira_config(home, "store")), IRA_DATA_DIR=str(home / "data"), IRA_HTTP_PORT=str(port))
+    url = f"http://127.0.0.1:{port}"
+    with (home / "dev.log").open("ab") as out:
+        process = subprocess.Popen([str(IRA), "dev"], env=env, cwd=home, stdout=out,  # noqa: S603
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_ready(f"{url}/readyz", process, home / "dev.log", timeout=120)
+        yield Target("ira_dev", f"{url}/v1/sources/alertmanager/am", "webhook", process.pid,
+                     ("Content-Type: application/json", f"Authorization: Bearer {AM_TOKEN}"),
+                     others=dev_tree(process.pid, home / "data"), pipeline=True)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 @dataclass(frozen=True)
 class Load:
     duration: float
@@ -222,9 +297,9 @@ def ira_counts(target: Target) -> dict[str, float]:
 
 async def measure(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
     name, per_request, dup_percent = scenario
-    before_counts, load_before, cpu_before = ira_counts(target), os.getloadavg()[0], cpu_seconds(target.pid)
+    before_counts, load_before, cpu_before = ira_counts(target), os.getloadavg()[0], sum(cpu_of(target).values())
     result = await run_wrk(target, load, per_request=per_request, dup_percent=dup_percent)
-    cpu = cpu_seconds(target.pid) - cpu_before
+    cpu = sum(cpu_of(target).values()) - cpu_before
     seconds, requests = result["duration_us"] / 1e6, result["requests"]
     record: dict[str, object] = {
         "bench": "ingest", "target": target.name, "scenario": name, "alerts_per_request": per_request,
@@ -240,6 +315,113 @@ async def measure(target: Target, load: Load, scenario: tuple[str, int, int]) ->
                         ("ira_source_events_duplicate_total", "duplicates")):
         if after:
             record[key] = after.get(metric, 0) - before_counts.get(metric, 0)
+    return record
+
+
+@dataclass(frozen=True)
+class Counts:
+    """ira's own counters at one moment: alerts the edge accepted, alerts triage handled."""
+
+    accepted: float
+    duplicates: float
+    triaged: float
+    triage_lag: float
+
+    @classmethod
+    def of(cls, target: Target) -> Counts:
+        text = httpx.get(target.url.split("/v1/")[0] + "/metrics", timeout=10).text
+        edge = {name: float(value) for name, value in _METRIC.findall(text)}
+        return cls(accepted=edge.get("ira_source_events_accepted_total", 0.0),
+                   duplicates=edge.get("ira_source_events_duplicate_total", 0.0),
+                   triaged=sum(float(v) for v in _TRIAGED.findall(text)),
+                   triage_lag=sum(float(v) for v in _TRIAGE_LAG.findall(text)))
+
+    @property
+    def backlog(self) -> float:
+        """Alerts the edge accepted that triage has not handled yet (since ira dev started;
+        triage's inbox duplicates of re-sent alerts can make it dip below 0: read as 0)."""
+        return max(0.0, self.accepted - self.triaged)
+
+
+async def sample_backlog(target: Target, samples: list[float], stop: asyncio.Event) -> None:
+    """The backlog once a second while wrk runs (is it flat, or growing?)."""
+    while not stop.is_set():
+        with contextlib.suppress(httpx.HTTPError):
+            samples.append((await asyncio.to_thread(Counts.of, target)).backlog)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+async def caught_up(target: Target, *, within: float) -> tuple[float | None, Counts]:
+    """Seconds until triage handled every alert the edge accepted (None: not ``within``)."""
+    began = time.monotonic()
+    while True:
+        now = await asyncio.to_thread(Counts.of, target)
+        if now.backlog <= 0:
+            return round(time.monotonic() - began, 2), now
+        if time.monotonic() - began > within:
+            return None, now
+        await asyncio.sleep(0.25)
+
+
+def slope(samples: list[float]) -> float:
+    """Least-squares slope per second of one-second samples (0 with fewer than 3)."""
+    if len(samples) < 3:
+        return 0.0
+    xs = range(len(samples))
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(samples)
+    top = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, samples, strict=True))
+    return top / sum((x - mean_x) ** 2 for x in xs)
+
+
+def per_alert_ms(cpu: dict[int, float], alerts: float) -> float:
+    return round(sum(cpu.values()) * 1000 / max(alerts, 1), 4)
+
+
+async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
+    """One wrk run into the whole ira dev; then wait (bounded) until triage caught up."""
+    name, per_request, dup_percent = scenario
+    start, cpu_start, load_before = Counts.of(target), cpu_of(target), os.getloadavg()[0]
+    samples: list[float] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_backlog(target, samples, stop))
+    try:
+        result = await run_wrk(target, load, per_request=per_request, dup_percent=dup_percent)
+    finally:
+        stop.set()
+        await sampler
+    cpu_window = {pid: cpu - cpu_start[pid] for pid, cpu in cpu_of(target).items()}
+    end = Counts.of(target)
+    seconds_to_catch_up, drained = await caught_up(target, within=max(30.0, load.seconds * 5))
+    cpu_drained = {pid: cpu - cpu_start[pid] for pid, cpu in cpu_of(target).items()}
+    seconds, requests = result["duration_us"] / 1e6, result["requests"]
+    alerts = end.accepted - start.accepted + end.duplicates - start.duplicates  # alerts served, new or not
+    return {
+        "bench": "ingest", "pipeline": True, "target": target.name, "scenario": name,
+        "alerts_per_request": per_request, "duplicate_percent": dup_percent, "connections": load.connections,
+        "requests": requests, "seconds": round(seconds, 2), "alerts_per_s": round(requests * per_request / seconds, 1),
+        "p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000, "non_2xx": result["non_2xx"],
+        "socket_errors": result["socket_errors"], "accepted": end.accepted - start.accepted,
+        "duplicates": end.duplicates - start.duplicates,
+        "cpu_ms_per_alert": per_alert_ms(cpu_window, alerts),
+        "cpu_ms_per_alert_drained": per_alert_ms(cpu_drained, alerts),
+        "cpu_ms_per_alert_by_process": {f"{process_name(pid)}[{pid}]": per_alert_ms({pid: cpu}, alerts)
+                                        for pid, cpu in cpu_drained.items()},
+        "cpu_cores_busy": round(sum(cpu_window.values()) / seconds, 2),
+        "backlog_at_start": start.backlog, "backlog_max": max(samples, default=0.0), "backlog_at_end": end.backlog,
+        "backlog_slope_per_s": round(slope(samples), 1), "caught_up_s": seconds_to_catch_up,
+        "triage_lag_at_end": end.triage_lag, "triage_lag_drained": drained.triage_lag,
+        "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
+    }
+
+
+async def measure_reference(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
+    """A reference (Alertmanager) measured like ira dev, so the two lines compare key by key."""
+    record = await measure(target, load, scenario)
+    alerts = int(record["requests"]) * int(record["alerts_per_request"])  # type: ignore[call-overload]
+    record["cpu_ms_per_alert"] = round(float(record["server_cpu_ms_per_request"]) * int(record["requests"])  # type: ignore[arg-type, call-overload]
+                                       / max(alerts, 1), 4)
+    record["pipeline"] = True
     return record
 
 
@@ -288,6 +470,36 @@ async def run(load: Load, *, acks: list[str], untraced: bool) -> None:
                 await scenarios(load, tuple(ours), raw, am)
 
 
+async def run_pipeline(load: Load, *, compare_alertmanager: bool) -> None:
+    """``--pipeline``: the whole ira dev (and Alertmanager) under the same load, round by round."""
+    needed = ("wrk", ALERTMANAGER) if compare_alertmanager else ("wrk",)
+    for tool in needed:
+        if shutil.which(tool) is None:
+            raise SystemExit(f"bench/ingest.py needs {tool}")
+    with tempfile.TemporaryDirectory(prefix="ira-bench-pipeline-") as name, contextlib.ExitStack() as stack:
+        tmp = Path(name)
+        targets = [stack.enter_context(ira_dev(tmp))]
+        if compare_alertmanager:
+            targets.append(stack.enter_context(alertmanager(tmp)))
+        progress(f"cores {os.cpu_count()}, load {os.getloadavg()}; ira dev tree {targets[0].pids}; warming up")
+        warmup = Load(duration=1 if load.ops else 3, connections=load.connections)
+        for target in targets:
+            await run_wrk(target, warmup, per_request=1, dup_percent=0)
+        await caught_up(targets[0], within=60)
+        for scenario in SCENARIOS:
+            rounds: list[dict[str, dict[str, object]]] = []
+            for number in range(1, load.rounds + 1):
+                progress(f"pipeline scenario {scenario[0]}, round {number} of {load.rounds}")
+                results = {t.name: await (measure_pipeline if t.pipeline else measure_reference)(t, load, scenario)
+                           for t in targets}
+                for record in results.values():
+                    emit({**record, "round": number})
+                rounds.append(results)
+            if compare_alertmanager:
+                ratio("ira_dev/alertmanager", scenario[0], rounds, "ira_dev", "alertmanager")
+                ratio("ira_dev/alertmanager", scenario[0], rounds, "ira_dev", "alertmanager", key="cpu_ms_per_alert")
+
+
 async def scenarios(load: Load, ours: tuple[Target, ...], raw: Target, am: Target) -> None:
     """Each scenario in ``load.rounds`` rounds; in a round every target runs back to back, so a
     ratio compares runs that shared the machine's mood (this machine's speed drifts by 20 %)."""
@@ -314,6 +526,10 @@ def main() -> None:
     parser.add_argument("--ack", default="store,broker",
                         help="commit points to measure, comma-separated: store (target ira), broker (ira_broker)")
     parser.add_argument("--untraced", action="store_true", help="also the first --ack with tracing disabled")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="the whole ira dev (every role) instead of the gateway alone; CPU of its process tree")
+    parser.add_argument("--compare-alertmanager", action="store_true",
+                        help="with --pipeline: also Debian's Alertmanager, same load, same rounds; ratio lines")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
     args = parser.parse_args()
@@ -321,6 +537,10 @@ def main() -> None:
     # embedded Redis daemonizes and would outlive us otherwise.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = 1 if args.ops else args.rounds
+    if args.pipeline:
+        asyncio.run(run_pipeline(Load(duration=args.duration, connections=args.connections, ops=args.ops,
+                                      rounds=rounds), compare_alertmanager=args.compare_alertmanager))
+        return
     acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]
     if not acks or set(acks) - {"store", "broker"}:
         raise SystemExit("--ack takes store and/or broker")
