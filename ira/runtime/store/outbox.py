@@ -54,11 +54,14 @@ def _row(m: OutboxMessage, at: datetime) -> dict[str, object]:
             "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits}
 
 
+_INSERT = insert(outbox)
+
+
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
     """Write messages in the caller's transaction; they are published only if it commits."""
     if not messages:
         return
-    await conn.execute(insert(outbox), [_row(m, at) for m in messages])
+    await conn.execute(_INSERT, [_row(m, at) for m in messages])
 
 
 async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, NoReturn
 
 from opentelemetry.trace import SpanKind
-from sqlalchemy import insert, select, update
+from sqlalchemy import Integer, and_, bindparam, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Update
 
 from ira.core.commit import EventDraft, NewRun, RunCommit
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
@@ -28,6 +30,11 @@ from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
 from ira.runtime.store.steps import add_steps, apply_step_changes, check_fence, insert_steps, with_promotions
+
+# Prebuilt statements: see steps.py on why the per-step ones are built once.
+_RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
+_SELECT_RUN = select(runs).where(_RUN_KEY)
+_INSERT_EVENTS = insert(events)
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
@@ -87,26 +94,36 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     return run
 
 
-def _sources_of(target: RunState) -> set[RunState]:
+@cache
+def _sources_of(target: RunState) -> list[RunState]:
     """States a run may be in for ``target`` to be legal (staying put is always legal)."""
-    return {s for s, nxt in RUN_TRANSITIONS.items() if target in nxt} | {target}
+    return [s for s, nxt in RUN_TRANSITIONS.items() if target in nxt and s != target] + [target]
 
 
 async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Row[Any] | None:
-    values: dict[str, object] = {
-        "state_version": runs.c.state_version + 1,
-        "last_seq": runs.c.last_seq + len(change.events),
-        "updated_at": at,
-    }
-    where = [runs.c.tenant_id == change.tenant_id, runs.c.run_id == change.run_id,
-             runs.c.state_version == change.expected_version]
+    params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
+                                 "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
-        values.update(state=change.state, wait_kind=change.wait_kind)
-        where.append(runs.c.state.in_(_sources_of(change.state)))
+        params.update(new_state=change.state, new_wait_kind=change.wait_kind, sources=_sources_of(change.state))
     if change.outcome is not None:
-        values["outcome"] = change.outcome
-    result = await conn.execute(update(runs).where(*where).values(**values).returning(*runs.c))
-    return result.first()
+        params["new_outcome"] = change.outcome
+    statement = _bump_statement(change.state is not None, change.outcome is not None)
+    return (await conn.execute(statement, params)).first()
+
+
+@cache
+def _bump_statement(with_state: bool, with_outcome: bool) -> Update:
+    """The compare-and-set UPDATE, built once per shape of change."""
+    values: dict[str, object] = {"state_version": runs.c.state_version + 1,
+                                 "last_seq": runs.c.last_seq + bindparam("n_events", type_=Integer),
+                                 "updated_at": bindparam("now")}
+    where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")]
+    if with_state:
+        values.update(state=bindparam("new_state"), wait_kind=bindparam("new_wait_kind"))
+        where.append(runs.c.state.in_(bindparam("sources", expanding=True)))
+    if with_outcome:
+        values["outcome"] = bindparam("new_outcome")
+    return update(runs).where(*where).values(**values).returning(*runs.c)
 
 
 async def _explain_refusal(conn: AsyncConnection, change: RunCommit) -> NoReturn:
@@ -146,7 +163,7 @@ async def _append_events(
 ) -> None:
     if not drafts:
         return
-    await conn.execute(insert(events), [
+    await conn.execute(_INSERT_EVENTS, [
         {"tenant_id": tenant_id, "run_id": run_id, "run_seq": first_seq + i, "event_id": new_event_id(),
          "type": d.type, "at": at, "data": SHAPES.value(d.data)}
         for i, d in enumerate(drafts)
@@ -154,7 +171,7 @@ async def _append_events(
 
 
 async def get_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
-    row = (await conn.execute(select(runs).where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id))).first()
+    row = (await conn.execute(_SELECT_RUN, {"k_tenant": tenant_id, "k_run": run_id})).first()
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
     return run_from_row(row)
