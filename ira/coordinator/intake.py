@@ -27,7 +27,7 @@ from ira.core.events import RunEventType
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState
 from ira.runtime import runtrace
-from ira.runtime.runtrace import current_traceparent, trace_id_of
+from ira.runtime.runtrace import current_traceparent
 from ira.runtime.store import budget, runs, timers
 from ira.runtime.store.rows import run_from_row
 from ira.runtime.store.schema import runs as runs_table
@@ -79,8 +79,7 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     return await runs.commit(conn, RunCommit(
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         events=(EventDraft(type=RunEventType.RUN_STARTED,
-            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices),
-                  "trace_id": trace_id_of(run.traceparent)}),)), at=at)
+            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)}),)), at=at)
 
 
 async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,

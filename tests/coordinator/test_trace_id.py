@@ -27,6 +27,7 @@ async def detail_of_run_decided(db: Database, span: Span | None) -> dict[str, An
     assert run is not None
     async with api(pump.deps) as client:
         detail = (await client.get(f"/v1/runs/{run.run_id}", headers=auth("viewer"))).json()
+        detail["log"] = (await client.get(f"/v1/runs/{run.run_id}/events", headers=auth("viewer"))).json()["events"]
     await pump.close()
     return detail  # type: ignore[no-any-return]
 
@@ -37,6 +38,9 @@ async def test_a_run_keeps_the_trace_of_the_decision_that_started_it(db: Databas
     # Then the run's detail carries that trace id
     detail = await detail_of_run_decided(db, span)
     assert detail["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    # and only the run says so: no event repeats it
+    started = next(e for e in detail["log"] if e["type"] == "RUN_STARTED")
+    assert "trace_id" not in started["data"]
 
 
 async def test_a_run_started_outside_any_trace_has_none(db: Database) -> None:

@@ -1,0 +1,219 @@
+"""Benchmark: ira's durable run engine and LangGraph side by side, in one run (JSON lines).
+
+Usage: python bench/engine.py [--ops N] [--probe P] [--database-url postgresql://...] [--full]
+
+Both drive the same shape (3 instant branches -> join -> synthesize -> approval wait ->
+ticket -> complete -> notify) with durable state on the same database, one system right after
+the other, per backend (SQLite; PostgreSQL with ``--database-url``):
+
+* ``step``      per-step durable overhead: the slope of a chain of N no-op steps' time over N
+                (ira: claim -> fenced commit that readies the next step -> release, and the
+                wake-up's way to the next claim; LangGraph: one superstep + its checkpoint).
+* ``sequential`` runs to the approval wait one at a time: runs/s and p50.
+* ``burst``     N runs started at once (``--ops``; 1,000 with ``--full``): runs/s, p50/p99
+                start -> waiting.
+* ``approve``   every waiting run approved at once -> completed: runs/s.
+* ``memory``    with ``--waiting W`` (10,000 with ``--full``): RSS and asyncio tasks of a fresh
+                process holding W runs at the approval wait (each system in its own process).
+
+Each measure ends with a ``ratio`` line (ira / LangGraph) and whether issue #14's goal is met.
+LangGraph comes from the ``bench`` extra (``pip install -e '.[bench]'``); without it a line
+says so and only ira is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+import runs as incident_runs
+from engine_ira import ira_engine
+
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.admin import ensure_topics
+
+HAS_LANGGRAPH = all(importlib.util.find_spec(m) is not None for m in (
+    "langgraph", "langgraph.checkpoint.sqlite", "langgraph.checkpoint.postgres"))
+GOALS: dict[str, tuple[str, str, float]] = {
+    # measure -> (figure, "le"/"ge", goal on the ratio ira / LangGraph)
+    "step": ("ms_per_step", "le", 1.0),
+    "sequential": ("runs_per_s", "ge", 1.0),
+    "burst": ("runs_per_s", "ge", 1.0),
+    "approve": ("runs_per_s", "ge", 1.0),
+}
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps({"bench": "engine", **fields}), flush=True)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return incident_runs.percentile(values, q)
+
+
+def slope(points: dict[int, float]) -> float:
+    """Least-squares ms per step of (chain length, ms): the fixed cost of a run drops out."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+class Engine(Protocol):
+    """What each side offers the measures (bench/engine_ira.py, bench/engine_langgraph.py)."""
+
+    async def chain_ms(self, length: int) -> float: ...
+    async def one_run_ms(self) -> float: ...
+    async def burst(self, count: int) -> tuple[list[float], float]: ...
+    async def approve_all(self) -> tuple[int, float]: ...
+
+
+def run_figures(latencies: list[float], seconds: float) -> dict[str, float]:
+    return {"runs": len(latencies), "runs_per_s": round(len(latencies) / seconds, 1),
+            "p50_ms": round(percentile(latencies, 0.5), 1), "p99_ms": round(percentile(latencies, 0.99), 1)}
+
+
+async def measure_all(engine: Engine, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """measure -> figures, for one system."""
+    points = {n: statistics.median([await engine.chain_ms(n) for _ in range(args.repeats)]) for n in args.chain}
+    chain_ms = {str(n): round(ms, 2) for n, ms in points.items()}
+    out: dict[str, dict[str, Any]] = {"step": {"ms_per_step": round(slope(points), 3), "chain_ms": chain_ms}}
+    one_by_one = [await engine.one_run_ms() for _ in range(args.probe)]
+    out["sequential"] = run_figures(one_by_one, sum(one_by_one) / 1000)
+    out["burst"] = run_figures(*await engine.burst(args.ops))
+    runs, seconds = await engine.approve_all()
+    out["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1)}
+    return out
+
+
+def compare(backend: str, measure: str, ira: dict[str, Any], langgraph: dict[str, Any]) -> None:
+    figure, direction, goal = GOALS[measure]
+    if ira[figure] <= 0 or langgraph[figure] <= 0:  # a slope lost in noise: too few repeats
+        emit(backend=backend, measure=measure, kind="ratio", figure=figure, ira=ira[figure],
+             langgraph=langgraph[figure], ratio_ira_over_langgraph=None, met=None, note="noise: raise --repeats")
+        return
+    ratio = ira[figure] / langgraph[figure]
+    met = ratio <= goal if direction == "le" else ratio >= goal
+    emit(backend=backend, measure=measure, kind="ratio", figure=figure, ira=ira[figure], langgraph=langgraph[figure],
+         ratio_ira_over_langgraph=round(ratio, 3), goal=f"{'<=' if direction == 'le' else '>='} {goal}", met=met)
+
+
+def absolute_goals(backend: str, ira: dict[str, dict[str, Any]]) -> None:
+    """Issue #14's goals that are figures, not ratios."""
+    emit(backend=backend, measure="burst", kind="goal", figure="p99_ms", ira=ira["burst"]["p99_ms"],
+         goal="<= 2000", met=ira["burst"]["p99_ms"] <= 2000)
+    emit(backend=backend, measure="approve", kind="goal", figure="runs_per_s", ira=ira["approve"]["runs_per_s"],
+         goal=">= 200", met=ira["approve"]["runs_per_s"] >= 200)
+
+
+async def side_by_side(backend: str, args: argparse.Namespace, workdir: Path, bootstrap: str) -> None:
+    """LangGraph, then ira, on fresh databases, one right after the other. Not interleaved: ira's
+    loops (relay, consumers, scanner) would share LangGraph's event loop and slow it down."""
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    if HAS_LANGGRAPH:
+        from engine_langgraph import langgraph_engine
+
+        progress(f"{backend}: langgraph")
+        async with langgraph_engine(backend, args.database_url, workdir) as graph:
+            figures["langgraph"] = await measure_all(graph, args)
+    progress(f"{backend}: ira")
+    async with ira_engine(backend, args.database_url, workdir, bootstrap) as ira:
+        figures["ira"] = await measure_all(ira, args)
+    for system, measures in figures.items():
+        for measure, values in measures.items():
+            emit(backend=backend, measure=measure, system=system, **values)
+    for measure in GOALS if "langgraph" in figures else ():
+        compare(backend, measure, figures["ira"][measure], figures["langgraph"][measure])
+    absolute_goals(backend, figures["ira"])
+
+
+def rss_mb() -> float:
+    return incident_runs.rss_mb()
+
+
+async def memory_of(system: str, backend: str, args: argparse.Namespace, workdir: Path) -> None:
+    """In a fresh process: hold ``--waiting`` runs at the approval wait, report RSS and tasks."""
+    batches = [min(args.ops, args.waiting - i) for i in range(0, args.waiting, args.ops)]
+    if system == "langgraph":
+        import engine_langgraph as lg
+
+        async with lg.langgraph_engine(backend, args.database_url, workdir) as engine:
+            gc.collect()
+            base = rss_mb()
+            for size in batches:
+                await engine.burst(size)
+            gc.collect()
+            emit(backend=backend, measure="memory", system=system, waiting_runs=args.waiting,
+                 rss_mb_start=round(base, 1), rss_mb_waiting=round(rss_mb(), 1), asyncio_tasks=len(asyncio.all_tasks()))
+        return
+    async with EmbeddedKafka(workdir / "kafka") as kafka:
+        await ensure_topics(kafka.bootstrap, incident_runs.ENV, partitions=args.partitions)
+        async with ira_engine(backend, args.database_url, workdir, kafka.bootstrap) as ira:
+            gc.collect()
+            base, tasks = rss_mb(), len(asyncio.all_tasks())
+            for size in batches:
+                await ira.burst(size)
+            gc.collect()
+            emit(backend=backend, measure="memory", system=system, waiting_runs=args.waiting + 1,
+                 rss_mb_start=round(base, 1), rss_mb_waiting=round(rss_mb(), 1), asyncio_tasks_start=tasks,
+                 asyncio_tasks=len(asyncio.all_tasks()))
+
+
+async def memory_in_children(backend: str, args: argparse.Namespace) -> None:
+    for system in ("langgraph", "ira") if HAS_LANGGRAPH else ("ira",):
+        progress(f"{backend}: {args.waiting} runs waiting, {system} (own process)")
+        argv = [sys.executable, __file__, "--memory-of", system, "--backends", backend, "--waiting", str(args.waiting),
+                "--ops", str(args.ops)] + (["--database-url", args.database_url] if args.database_url else [])
+        child = await asyncio.create_subprocess_exec(*argv)
+        if await child.wait() != 0:
+            raise RuntimeError(f"memory run of {system} on {backend} failed")
+
+
+async def main(args: argparse.Namespace) -> None:
+    backends = args.backends or ["sqlite"] + (["postgresql"] if args.database_url else [])
+    with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
+        if args.memory_of:
+            await memory_of(args.memory_of, backends[0], args, Path(tmp))
+            return
+        if not HAS_LANGGRAPH:
+            emit(langgraph="not installed", hint="pip install -e '.[bench]'; measuring ira alone, no ratios")
+        async with EmbeddedKafka(Path(tmp) / "kafka") as kafka:
+            await ensure_topics(kafka.bootstrap, incident_runs.ENV, partitions=args.partitions)
+            for backend in backends:
+                await side_by_side(backend, args, Path(tmp), kafka.bootstrap)
+    for backend in backends if args.waiting else ():
+        await memory_in_children(backend, args)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=200, help="runs in the burst")
+    parser.add_argument("--probe", type=int, default=20, help="runs one at a time")
+    parser.add_argument("--chain", type=lambda s: [int(n) for n in s.split(",")], default=[2, 10, 30],
+                        help="chain lengths for the per-step slope")
+    parser.add_argument("--repeats", type=int, default=5, help="chains per length (the median counts)")
+    parser.add_argument("--waiting", type=int, default=0, help="runs held waiting for the memory figure")
+    parser.add_argument("--full", action="store_true", help="--ops 1000 --waiting 10000")
+    parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
+    parser.add_argument("--backends", type=lambda s: s.split(","), help="default: sqlite, plus postgresql with a URL")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--memory-of", choices=("ira", "langgraph"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.full:
+        args.ops, args.waiting = max(args.ops, 1000), max(args.waiting, 10_000)
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

@@ -1,0 +1,158 @@
+"""The ira side of bench/engine.py: the coordinator, instant investigators, the relay and the
+scanner on the embedded broker (bench/runs.py's stack), plus a chain of no-op steps.
+
+A run starts when its ``create_run`` decision is published (how ira starts runs) and reaches
+its wait when APPROVAL_REQUESTED is committed; approve -> completed runs the ticket Operation,
+verification and the notification step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import runs as incident_runs
+from sqlalchemy import select
+
+from ira.coordinator.deps import Deps
+from ira.core.clock import SystemClock
+from ira.core.commit import NewRun, NewStep
+from ira.core.envelope import Envelope, Topic, topic_name
+from ira.core.ids import new_id
+from ira.core.states import StepState
+from ira.runtime.bus.consumer import ConsumerRunner
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import RecordMeta
+from ira.runtime.dispatch import StepContext, StepDispatcher
+from ira.runtime.store import runs as run_store
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import runs
+from ira.runtime.wakeup import step_wakeup
+
+CHAIN = "bench-chain"
+TENANT = "bench"
+
+
+@dataclass
+class Chains:
+    """Runs of N no-op steps in a row, each step finishing with a fenced commit that makes the next
+    one READY (and writes its wake-up) in the same transaction."""
+
+    db: Database
+    clock: SystemClock = field(default_factory=SystemClock)
+    ended: dict[str, asyncio.Future[float]] = field(default_factory=dict)
+
+    async def step(self, ctx: StepContext) -> None:
+        async with self.db.transaction() as conn:
+            await incident_runs.finish(conn, ctx, at=self.clock.now())
+        if ctx.step.binding.get("last"):
+            self.ended[ctx.claim.run_id].set_result(time.perf_counter())
+
+    async def run_ms(self, length: int) -> float:
+        """Create one chain run (its first step READY, woken through the outbox) and wait for its end."""
+        run_id, now = new_id("run"), self.clock.now()
+        names = [f"c{i:03d}" for i in range(length)]
+        plan = tuple(NewStep(step_id=name, kind=CHAIN, state=StepState.READY if i == 0 else StepState.BLOCKED,
+                             depends_on=(names[i - 1],) if i else (), binding={"last": i == length - 1})
+                     for i, name in enumerate(names))
+        self.ended[run_id] = asyncio.get_running_loop().create_future()
+        started = time.perf_counter()
+        async with self.db.transaction() as conn:
+            await run_store.create_run(conn, NewRun(
+                tenant_id=TENANT, run_id=run_id, task_id=new_id("task"), task_kind="chain", subject_ref="chain",
+                workflow="chain@1", steps=plan,
+                outbox=(step_wakeup(TENANT, run_id, names[0], kind=CHAIN, environment=incident_runs.ENV, at=now),)),
+                at=now)
+        try:
+            ended = await asyncio.wait_for(self.ended[run_id], timeout=120)
+        finally:
+            del self.ended[run_id]
+        return (ended - started) * 1000
+
+
+def chain_consumer(chains: Chains, bootstrap: str, producer: BusProducer) -> ConsumerRunner:
+    """The chain steps' worker: its own group on ira.steps.v1, each wake-up a task (bench/runs.py's agents)."""
+    dispatcher = StepDispatcher(db=chains.db, clock=chains.clock, handlers={CHAIN: chains.step}, owner="bench-chain")
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def wake(envelope: Envelope, meta: RecordMeta) -> None:
+        task = asyncio.create_task(dispatcher.handle_wakeup(envelope))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return ConsumerRunner(bootstrap=bootstrap, group_id=f"bench-chain-{uuid.uuid4().hex[:6]}",
+                          topics=[topic_name(Topic.STEPS, incident_runs.ENV)], name="bench-chain", handler=wake,
+                          producer=producer, inbox=False, dlq_topic=topic_name(Topic.DLQ, incident_runs.ENV),
+                          settings=incident_runs.FAST)
+
+
+@dataclass
+class IraEngine:
+    db: Database
+    deps: Deps
+    producer: BusProducer
+    chains: Chains
+
+    async def chain_ms(self, length: int) -> float:
+        return await self.chains.run_ms(length)
+
+    async def one_run_ms(self) -> float:
+        """One run, decision published -> APPROVAL_REQUESTED committed, in ms."""
+        return next(iter((await self.to_waiting(incident_runs.decisions(1, TENANT))).values()))
+
+    async def burst(self, count: int) -> tuple[list[float], float]:
+        """``count`` decisions published at once: (ms each to its approval wait, wall seconds)."""
+        started = time.perf_counter()
+        took = await self.to_waiting(incident_runs.decisions(count, TENANT))
+        return list(took.values()), time.perf_counter() - started
+
+    async def to_waiting(self, envelopes: list[Envelope]) -> dict[str, float]:
+        """Publish ``create_run`` decisions; incident_id -> ms from publish to APPROVAL_REQUESTED."""
+        total = await self._count("waiting") + len(envelopes)
+        sent = await incident_runs.publish(self.producer, envelopes)
+        await self._wait("waiting", total, timeout=60 + len(envelopes))
+        asked = await incident_runs.asked_at(self.db)
+        return {i: (asked[i] - t) * 1000 for i, t in sent.items()}
+
+    async def approve_all(self) -> tuple[int, float]:
+        """Approve every pending approval at once; (runs, seconds until all completed)."""
+        waiting = await self._count("waiting")
+        total = await self._count("completed") + waiting
+        started = time.perf_counter()
+        await incident_runs.approve_all(self.deps)
+        await self._wait("completed", total, timeout=60 + waiting)
+        return waiting, time.perf_counter() - started
+
+    async def _count(self, state: str) -> int:
+        async with self.db.reader() as conn:
+            return len((await conn.execute(select(runs.c.run_id).where(runs.c.state == state))).all())
+
+    async def _wait(self, state: str, count: int, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while (have := await self._count(state)) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {have} of {count} runs reached {state}")
+            await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def ira_engine(backend: str, url: str | None, workdir: Path, bootstrap: str) -> AsyncIterator[IraEngine]:
+    """A fresh database and the whole stack on ``bootstrap``, warmed up (groups joined)."""
+    async with incident_runs.database(backend, url, workdir) as db, \
+            incident_runs.stack(db, bootstrap) as (deps, producer):
+        chains = Chains(db)
+        stop = asyncio.Event()
+        chain_loop = asyncio.create_task(chain_consumer(chains, bootstrap, producer).run(stop))
+        engine = IraEngine(db=db, deps=deps, producer=producer, chains=chains)
+        try:
+            await engine.to_waiting(incident_runs.decisions(1, TENANT))  # warm-up: every group has joined
+            await chains.run_ms(2)
+            yield engine
+        finally:
+            stop.set()
+            await asyncio.wait_for(chain_loop, timeout=30)
