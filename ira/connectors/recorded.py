@@ -26,7 +26,7 @@ from ira.connectors.bound import ConnectorSet
 from ira.connectors.runbooks import FileRunbookSource
 from ira.core.errors import ConnectorRejectedError, PlatformError
 from ira.core.model import Model
-from ira.core.ports import ChangeSource, LogSource, MetricSource
+from ira.core.ports import ChangeSource, LogSource, MetricSource, RunbookSource
 from ira.core.redact import Redactor
 from ira.core.signals import (
     READ_ONLY_RETRY,
@@ -37,6 +37,8 @@ from ira.core.signals import (
     MetricResult,
     MetricSeries,
     RetryContract,
+    RunbookQuery,
+    RunbookResult,
 )
 
 SYSTEM = "recorded"
@@ -86,7 +88,7 @@ class Recording(Model):
     """One line of ``observations.jsonl``: a tool call and what it answered (or how it failed)."""
 
     port: str
-    """``metrics.query_range``, ``metrics.query``, ``logs.search``, ``changes.list``."""
+    """``metrics.query_range``, ``metrics.query``, ``logs.search``, ``changes.list``, ``runbooks.search``."""
     key: str
     start: datetime
     end: datetime
@@ -123,11 +125,14 @@ class _Recordings:
     shift: timedelta = timedelta(0)
 
     def find(self, port: str, key: str, *, start: datetime, end: datetime) -> Recording:
-        found = [r for r in self.entries if r.port == port and r.key == key]
+        found = self.all(port, key)
         if not found:
             raise NotRecordedError(SYSTEM, f"no recording of {port} for {key!r}")
         return min(found, key=lambda r: abs((r.start + self.shift - start).total_seconds())
                    + abs((r.end + self.shift - end).total_seconds()))
+
+    def all(self, port: str, key: str) -> list[Recording]:
+        return [r for r in self.entries if r.port == port and r.key == key]
 
 
 class RecordedMetricSource:
@@ -176,8 +181,31 @@ class RecordedChangeSource:
         return result.model_copy(update={"query": query, "changes": found})
 
 
+class RecordedRunbookSource:
+    """A recorded search answers as it did (the runbooks it returned, in its order); a search the
+    recording does not hold is asked of the bundle's own runbook files (a version 1 bundle)."""
+
+    retry: RetryContract = READ_ONLY_RETRY
+
+    def __init__(self, recordings: _Recordings, files: RunbookSource) -> None:
+        self._rec, self._files = recordings, files
+
+    async def search(self, query: RunbookQuery) -> RunbookResult:
+        found = self._rec.all(RUNBOOKS_PORT, runbook_key(query))
+        if not found:
+            return await self._files.search(query)
+        return RunbookResult.model_validate(found[0].answer()).model_copy(update={"query": query})
+
+
+RUNBOOKS_PORT = "runbooks.search"
+
+
 def log_key(query: LogQuery) -> str:
     return json.dumps([query.service, query.min_level, query.text])
+
+
+def runbook_key(query: RunbookQuery) -> str:
+    return json.dumps([query.service, query.alert, query.text, query.version])
 
 
 def read_bundle(directory: Path) -> tuple[BundleInfo, list[Recording]]:
@@ -219,7 +247,8 @@ def recorded_connectors(directory: Path) -> ConnectorSet:
 
     def anchored(window_end: datetime) -> ConnectorSet:
         rec = _Recordings(entries, shift=window_end - info.window_end)
-        return ConnectorSet(metrics=RecordedMetricSource(rec), logs=RecordedLogSource(rec), runbooks=runbooks,
+        return ConnectorSet(metrics=RecordedMetricSource(rec), logs=RecordedLogSource(rec),
+                            runbooks=RecordedRunbookSource(rec, runbooks),
                             changes=RecordedChangeSource(rec), origin=f"recorded:{info.bundle_id}")
 
     return ConnectorSet(**{**anchored(info.window_end).__dict__, "anchor": anchored})

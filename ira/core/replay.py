@@ -1,13 +1,17 @@
 """A run's outcome as a replay compares it, the comparison itself and a team's expectations.
 
 Pure: the original outcome comes from a bundle, the replay's from the read API; both are the
-same model, so a comparison is field by field. Ids and times never enter an outcome, so two
-replays of one bundle compare equal when they decided the same things.
+same model, so a comparison is field by field. What differs by construction (times: a replay
+happens now; ids; the replay's own labels; ``staging`` for the original's environment) is
+masked before comparing, so a replay that decided the same things compares equal.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import Field
@@ -122,33 +126,59 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _row(aspect: str, original: object, replay: object, *, compared: bool = True) -> Row:
+_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+_ID = re.compile(r"\b[a-z]{2,5}_[0-9a-f]{20,}\b|\bsha256:[0-9a-f]{64}\b")
+_REPLAY_LABELS = re.compile(rf"\b(?:{REPLAY_LABEL}|{RECORDING_LABEL}|environment)=[^,\s]+(?:, )?")
+
+
+@dataclass(frozen=True)
+class Volatile:
+    """What differs between a run and its replay by construction, and is masked before comparing:
+    times (a replay happens now), ids, the replay's own labels, and the environment's name."""
+
+    environment: str | None = None
+    """The original's environment: ``staging`` in the replay's text reads as this."""
+
+    def mask(self, value: object) -> object:
+        if isinstance(value, str):
+            text = _REPLAY_LABELS.sub("", _ID.sub("<id>", _TIME.sub("<time>", value)))
+            return re.sub(rf"\b{STAGING}\b", self.environment, text) if self.environment else text
+        if isinstance(value, list):
+            return [self.mask(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.mask(v) for k, v in value.items()}
+        return value
+
+
+def _row(aspect: str, original: object, replay: object, *, compared: bool = True,
+         volatile: Volatile = Volatile()) -> Row:
     return Row(aspect=aspect, original=_text(original), replay=_text(replay),
-               same=(not compared) or original == replay)
+               same=(not compared) or volatile.mask(original) == volatile.mask(replay))
 
 
-def compare(original: Outcome, replay: Outcome) -> Comparison:
-    """Field by field. Aspects the original does not know (an old bundle) are shown, not judged;
-    duration is always shown only: a replay runs at another speed."""
-    rows = [_row("run state", original.run_state, replay.run_state, compared=original.run_state is not None),
-            _row("triage decisions", original.decisions, replay.decisions, compared=bool(original.decisions))]
+def compare(original: Outcome, replay: Outcome, *, volatile: Volatile = Volatile()) -> Comparison:
+    """Field by field, ``volatile`` parts masked. Aspects the original does not know (an old bundle)
+    are shown, not judged; duration is always shown only: a replay runs at another speed."""
+    row = partial(_row, volatile=volatile)
+    rows = [row("run state", original.run_state, replay.run_state, compared=original.run_state is not None),
+            row("triage decisions", original.decisions, replay.decisions, compared=bool(original.decisions))]
     for name in sorted(set(original.branches) | set(replay.branches)):
         before, after = original.branches.get(name), replay.branches.get(name)
-        rows.append(_row(f"branch {name}", _branch(before), _branch(after)))
+        rows.append(row(f"branch {name}", _branch(before), _branch(after)))
     rows += [
-        _row("top hypotheses", original.hypotheses[:TOP_HYPOTHESES], replay.hypotheses[:TOP_HYPOTHESES],
-             compared=bool(original.hypotheses)),
-        _row("facts", original.facts, replay.facts, compared=bool(original.facts)),
-        _row("draft title", original.draft_title, replay.draft_title, compared=original.draft_title is not None),
-        _row("approvals", original.approvals, replay.approvals, compared=bool(original.approvals)),
-        _row("operations", original.operations, replay.operations, compared=bool(original.operations)),
-        _row("budget used", original.budget_used, replay.budget_used, compared=bool(original.budget_used)),
-        _row("duration (s)", original.duration_seconds, replay.duration_seconds, compared=False),
+        row("top hypotheses", original.hypotheses[:TOP_HYPOTHESES], replay.hypotheses[:TOP_HYPOTHESES],
+            compared=bool(original.hypotheses)),
+        row("facts", original.facts, replay.facts, compared=bool(original.facts)),
+        row("draft title", original.draft_title, replay.draft_title, compared=original.draft_title is not None),
+        row("approvals", original.approvals, replay.approvals, compared=bool(original.approvals)),
+        row("operations", original.operations, replay.operations, compared=bool(original.operations)),
+        row("budget used", original.budget_used, replay.budget_used, compared=bool(original.budget_used)),
+        row("duration (s)", original.duration_seconds, replay.duration_seconds, compared=False),
     ]
     diff: tuple[str, ...] = ()
     if original.draft_body is not None:
-        diff = tuple(difflib.unified_diff(original.draft_body.splitlines(), (replay.draft_body or "").splitlines(),
-                                          "original draft", "replay draft", lineterm=""))
+        was, now = (str(volatile.mask(body or "")).splitlines() for body in (original.draft_body, replay.draft_body))
+        diff = tuple(difflib.unified_diff(was, now, "original draft", "replay draft", lineterm=""))
         rows.append(Row(aspect="draft body", original="recorded", replay="identical" if not diff else "differs",
                         same=not diff))
     return Comparison(rows=tuple(rows), draft_diff=diff)

@@ -10,10 +10,12 @@ from fastapi.responses import JSONResponse
 from ira.connectors.recorded import RecordingSet
 from ira.core.errors import NotFoundError
 from ira.core.ids import new_id
-from ira.readmodel import detail
-from ira.readmodel.replay import BRANCHES
+from ira.infra.bundle.format import BundleDocument
+from ira.readmodel import detail, recording
+from ira.readmodel.replay import BRANCHES, run_outcome
 from ira.replay import store
 from ira.replay.models import MAX_REPLAY_BODY, ReplayList, ReplayReport, ReplayRequest, ReplayView
+from ira.replay.record import bundle_of
 from ira.replay.watch import ReplayConfig
 from ira.runtime.auth import Principal, authenticated_router, principal_for, requires
 from ira.runtime.body import body_limit
@@ -54,6 +56,17 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
             view = await _view(conn, await store.get(conn, caller.tenant_id, replay_id))
         return JSONResponse(view.model_dump(mode="json"), status_code=202)
 
+    @router.get("/runs/{run_id}/bundle", tags=["replays"], openapi_extra=requires("admin"))
+    async def record_run(run_id: IdPath, caller: Principal = Depends(admin)) -> BundleDocument:
+        """The run as a bundle (admin; ``ira record``): waiting or ended runs only (409 otherwise), redacted."""
+        async with db.reader() as conn:
+            try:
+                material = await recording.run_material(conn, caller.tenant_id, run_id)
+            except recording.NotRecordableError as exc:
+                raise HTTPException(409, str(exc)) from exc
+            outcome = await run_outcome(conn, caller.tenant_id, run_id)
+        return bundle_of(material, outcome, redactor=platform.settings.redactor())
+
     @router.get("/replays", tags=["replays"])
     async def list_replays(caller: Principal = who) -> ReplayList:
         """The tenant's replays, newest first."""
@@ -72,7 +85,8 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
 
 def _original(body: ReplayRequest) -> dict[str, Any]:
     return {"events": [e.model_dump(mode="json") for e in body.events], "speed": body.speed,
-            "window_end": body.manifest.window_end.isoformat(),
+            "window_end": body.manifest.window_end.isoformat(), "environment": body.manifest.environment,
+            "observations_from": body.observations_from,
             "outcome": body.outcome.model_dump(mode="json") if body.outcome else None,
             "expectations": body.expectations.model_dump(mode="json") if body.expectations else None}
 

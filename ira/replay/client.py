@@ -1,4 +1,7 @@
-"""``ira replay --bundle DIR``: send a bundle to a running ira, follow it, print the comparison.
+"""``ira record RUN_ID --out DIR`` and ``ira replay --bundle DIR``: talk to a running ira.
+
+``record`` fetches a run as a bundle and writes it as a directory. ``replay`` sends a bundle,
+follows it and prints the comparison.
 
 Exit codes: 0 the replay finished and its expectations (if any) are met; 1 they are not (the
 unmet ones are listed); 2 it could not run (invalid bundle, ira unreachable or refusing, the
@@ -13,19 +16,17 @@ from pathlib import Path
 
 import httpx
 
-from ira.infra.bundle import BundleError, load_bundle
-from ira.replay.models import ReplayRequest, ReplayView
+from ira.infra.bundle import BundleDocument, BundleError, BundleExistsError, load_bundle, write_bundle
+from ira.replay.models import Observations, ReplayRequest, ReplayView
 
 Say = Callable[[str], None]
 POLL = 0.5
 """Seconds between two looks at the replay (a person watching, not a synchronisation)."""
 
 
-def request_of(directory: Path, *, speed: float) -> ReplayRequest:
-    bundle = load_bundle(directory)
-    return ReplayRequest(manifest=bundle.manifest, events=bundle.events, observations=bundle.observations,
-                         runbooks=bundle.runbooks, outcome=bundle.outcome, expectations=bundle.expectations,
-                         speed=speed)
+def request_of(directory: Path, *, speed: float, observations: Observations = "recorded") -> ReplayRequest:
+    document = load_bundle(directory).document
+    return ReplayRequest(**dict(document), speed=speed, observations_from=observations)
 
 
 async def replay_bundle(directory: Path, *, url: str, token: str, speed: float, say: Say,
@@ -50,6 +51,30 @@ async def replay_bundle(directory: Path, *, url: str, token: str, speed: float, 
 
 class ReplayRefusedError(Exception):
     pass
+
+
+async def record_run(run_id: str, out: Path, *, url: str, token: str, say: Say) -> int:
+    """0: written and valid; 2: the run could not be recorded (unknown, still running, ira unreachable)."""
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers={"authorization": f"Bearer {token}"}) as api:
+        try:
+            document = await fetch_bundle(api, run_id)
+            write_bundle(document, out)
+            bundle = load_bundle(out)
+        except (httpx.HTTPError, ReplayRefusedError, BundleExistsError, BundleError) as exc:
+            say(f"ERROR: run {run_id} was not recorded: {exc}")
+            return 2
+    say(f"recorded  run {run_id} -> {out}: {len(bundle.events)} events, {len(bundle.observations)} observations, "
+        f"{len(bundle.model_calls)} model calls, {len(bundle.runbooks)} runbooks, "
+        f"outcome {bundle.outcome.run_state if bundle.outcome else '-'}")
+    return 0
+
+
+async def fetch_bundle(api: httpx.AsyncClient, run_id: str) -> BundleDocument:
+    response = await api.get(f"/v1/runs/{run_id}/bundle")
+    if response.status_code != 200:
+        raise ReplayRefusedError(f"GET /v1/runs/{run_id}/bundle answered {response.status_code}: "
+                                 f"{response.text[:500]}")
+    return BundleDocument.model_validate_json(response.content)
 
 
 async def _start(api: httpx.AsyncClient, body: ReplayRequest) -> ReplayView:

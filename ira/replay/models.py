@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
-from ira.connectors.recorded import BundleInfo, Recording
 from ira.core.model import Model
-from ira.core.replay import Comparison, Expectations, Outcome
-from ira.infra.bundle.format import SourceEvent
+from ira.core.replay import Comparison, Outcome
+from ira.infra.bundle.format import BundleDocument
 
 MAX_REPLAY_BODY = 8 * 1024 * 1024
 """A bundle with its observations: recorded metric series and log lines run to megabytes."""
 
 
-class ReplayRequest(Model):
+Observations = Literal["recorded", "live"]
+
+
+class ReplayRequest(BundleDocument):
     """A bundle as one document (``ira replay --bundle DIR`` reads the directory and sends this)."""
 
-    manifest: BundleInfo
-    events: tuple[SourceEvent, ...] = Field(min_length=1, max_length=1000)
-    observations: tuple[Recording, ...] = ()
-    runbooks: dict[str, str] = Field(default_factory=dict)
-    outcome: Outcome | None = None
-    expectations: Expectations | None = None
+    observations_from: Observations = "recorded"
+    """``recorded``: the staging branches answer from the bundle's tool results (and model calls);
+    ``live``: from the connectors (and models) this ira is configured with, read-only as always."""
     speed: float = Field(default=0.0, ge=0.0)
     """Compress the recorded gaps this many times; 0 sends every event at once."""
 

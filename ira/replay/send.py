@@ -44,12 +44,14 @@ def staging_payload(event: SourceEvent, *, shift: timedelta, replay_id: str, rec
     payload = mark(retime(event.payload, shift), labels)
     if "service" in payload and "labels" not in payload:  # a change event: its environment is a field
         payload["environment"] = STAGING
+        if payload.get("id"):  # its own identity per replay, not production's change deduplicated away
+            payload["id"] = f"{payload['id']}:{replay_id}"[:200]
     return dict(payload)
 
 
 def source_for(settings: Settings, event: SourceEvent, tenant_id: str) -> SourceSettings:
     named = settings.source(event.source_id)
-    if named is not None and named.tenant == tenant_id and named.bearer_token is not None:
+    if named is not None and named.kind == event.kind and named.tenant == tenant_id and named.bearer_token is not None:
         return named
     found = next((s for s in settings.sources if s.kind == event.kind and s.tenant == tenant_id
                   and s.bearer_token is not None), None)

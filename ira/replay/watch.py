@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from ira.core.clock import Clock
-from ira.core.replay import Expectations, Outcome, compare, unmet_expectations
+from ira.core.replay import Expectations, Outcome, Volatile, compare, unmet_expectations
 from ira.core.states import RunState
 from ira.infra.bundle.format import SourceEvent
 from ira.readmodel.replay import replay_run, run_outcome
@@ -92,7 +92,7 @@ class ReplayLoop:
         original = Outcome.model_validate(row.original.get("outcome") or {})
         raw = row.original.get("expectations")
         expectations = Expectations.model_validate(raw) if raw else None
-        comparison = compare(original, outcome)
+        comparison = compare(original, outcome, volatile=Volatile(environment=row.original.get("environment")))
         unmet = tuple(unmet_expectations(expectations, outcome)) if expectations else ()
         passed = not unmet
         judged = ("expectations met" if passed else f"{len(unmet)} expectation(s) unmet") if expectations \

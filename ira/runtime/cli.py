@@ -1,4 +1,5 @@
-"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``, ``bundle check``, ``replay``.
+"""The ``ira`` command: ``dev``, ``worker``, ``init``, ``db upgrade``, ``doctor``, ``bundle check``, ``record``,
+``replay``.
 
 The composition root: it reads the environment and the config file, builds one Platform and
 hands it to the roles. Every command exits non-zero with a message naming the config key
@@ -144,6 +145,21 @@ def api_token(token: str | None) -> str:
     if os.environ.get("IRA_TOKEN"):
         return os.environ["IRA_TOKEN"]
     return next((t.token.get_secret_value() for t in settings_or_exit().api_tokens), "")
+
+
+@app.command()
+def record(run_id: Annotated[str, typer.Argument(help="The run to record (waiting or ended).")],
+           out: Annotated[Path, typer.Option(help="The bundle directory to write (must not exist or be empty).")],
+           url: Annotated[str, typer.Option(help="The running ira that holds the run.")] = DEV_URL,
+           token: Annotated[str | None, typer.Option(help="Admin API token (default $IRA_TOKEN, "
+                                                          "else the dev admin token).")] = None) -> None:
+    """Export a run as a scenario bundle (its events, tool calls, runbooks and outcome), redacted.
+
+    Exit 0: written and valid (`ira bundle check` passes); 2: could not be recorded.
+    """
+    from ira.replay.client import record_run
+
+    raise typer.Exit(asyncio.run(record_run(run_id, out, url=url, token=api_token(token), say=say)))
 
 
 @app.command()

@@ -10,9 +10,28 @@ import pytest
 
 from ira.connectors.bound import ConnectorSet
 from ira.connectors.logs.jsonl import JsonlLogSource
-from ira.connectors.recorded import BundleInfo, NotRecordedError, Recorder, recorded_connectors
+from ira.connectors.recorded import (
+    BundleInfo,
+    NotRecordedError,
+    RecordedError,
+    RecordedToolError,
+    Recorder,
+    RecordingSet,
+    recorded_connectors,
+    write_recording,
+)
+from ira.connectors.recorded_tools import runbook_files, tool_recording
 from ira.core.redact import Redactor
-from ira.core.signals import LogLevel, LogQuery
+from ira.core.signals import (
+    LogLevel,
+    LogQuery,
+    MetricResult,
+    MetricSeries,
+    Runbook,
+    RunbookHit,
+    RunbookQuery,
+    RunbookResult,
+)
 
 T0 = datetime(2026, 4, 29, 2, 35, tzinfo=UTC)
 END = T0 + timedelta(minutes=15)
@@ -59,3 +78,44 @@ async def test_a_recorded_bundle_is_written_without_secrets(tmp_path: Path) -> N
     written = (tmp_path / "observations.jsonl").read_text()
     assert "hunter2-canary-77" not in written and "tok-configured-9" not in written
     assert "connect failed: DB_PASSWORD=[REDACTED]" in written
+
+
+async def test_tool_calls_of_a_run_are_answered_again_as_they_were(tmp_path: Path) -> None:
+    metric = MetricResult(query="rate(x[5m])", start=T0, end=END, series=(
+        MetricSeries(labels={"service": "billing"}, points=((T0, 1.0), (END, 4.0))),))
+    books = RunbookResult(query=RunbookQuery(service="billing", alert="Backlog"), hits=(RunbookHit(
+        runbook=Runbook(runbook_id="billing-backlog", title="Billing backlog", path="ops/billing.md",
+                        services=("billing",), alerts=("Backlog",), body="Scale the workers."), score=3.0),))
+    args = {"query": "rate(x[5m])", "start": T0.isoformat(), "end": END.isoformat(), "step_seconds": 30}
+    calls = [
+        tool_recording("prometheus.query_range", args, result=metric.model_dump(mode="json"), error=None),
+        tool_recording("logs.search", {"service": "billing", "start": T0.isoformat(), "end": END.isoformat(),
+                                       "min_level": "error"}, result=None,
+                       error=RecordedError(code="unavailable", message="loki: HTTP 503", retryable=True)),
+        tool_recording("runbooks.search", {"service": "billing", "alert": "Backlog"},
+                       result=books.model_dump(mode="json"), error=None),
+        tool_recording("logs.search", {"service": "billing"}, result=None,
+                       error=RecordedError(code="denied", message="outside the window")),
+    ]
+    assert calls[3] is None  # refused by the loop: no connector was asked
+    bundle = tmp_path / "bundle"
+    write_recording(RecordingSet(info=BundleInfo(
+        bundle_id="r1", tenant_id="acme", environment="prod", service="billing", alert_name="Backlog",
+        window_start=T0, window_end=END), observations=tuple(c for c in calls if c),
+        runbooks=runbook_files([books.model_dump(mode="json")])), bundle)
+    later = timedelta(hours=5)
+    replay = recorded_connectors(bundle).for_window(END + later)
+    assert replay.metrics is not None and replay.logs is not None and replay.runbooks is not None
+
+    answer = await replay.metrics.query_range("rate(x[1m])", start=T0 + later, end=END + later,
+                                              step=timedelta(seconds=30))
+    assert answer.series[0].points == ((T0 + later, 1.0), (END + later, 4.0))
+    with pytest.raises(RecordedToolError) as failed:
+        await replay.logs.search(LogQuery(service="billing", start=T0 + later, end=END + later,
+                                          min_level=LogLevel.ERROR))
+    assert (failed.value.code, failed.value.message, failed.value.retryable) == ("unavailable", "loki: HTTP 503", True)
+    found = await replay.runbooks.search(RunbookQuery(service="billing", alert="Backlog"))
+    assert [h.runbook.runbook_id for h in found.hits] == ["billing-backlog"]
+    from_files = await replay.runbooks.search(RunbookQuery(service="billing", text="backlog workers"))
+    assert [h.runbook.title for h in from_files.hits] == ["Billing backlog"]  # not recorded: the bundle's files
+    assert "Scale the workers." in (bundle / "runbooks" / "billing.md").read_text()

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from ira.core.replay import BranchExpectation, BranchOutcome, Expectations, Outcome, compare, unmet_expectations
+from ira.core.replay import (
+    BranchExpectation,
+    BranchOutcome,
+    Expectations,
+    Outcome,
+    Volatile,
+    compare,
+    unmet_expectations,
+)
 
 ORIGINAL = Outcome(run_state="waiting", decisions=["create_run"],
                    branches={"metrics": BranchOutcome(stop_reason="done", evidence=["p95 rose"]),
@@ -40,3 +48,21 @@ def test_unmet_expectations_are_listed() -> None:
     assert unmet_expectations(expectations, ORIGINAL) == [
         "run: state waiting, expected completed", "metrics: no evidence mentions 'deploy'", "runbooks: no result",
         "draft: does not mention 'DB'"]
+
+
+def test_times_ids_the_replays_labels_and_the_environment_are_not_differences() -> None:
+    original = ORIGINAL.model_copy(update={
+        "facts": ["p95 rose at 2026-11-29T11:32:00Z"],
+        "draft_body": "Incident inc_01a23394b8144dd6d9c1e64edc2e5d87 on checkout in prod.\n"
+                      "- labels: alertname=Slow, service=checkout\nsince 2026-11-29T11:31:00.5+00:00\n"})
+    replay = original.model_copy(update={
+        "facts": ["p95 rose at 2026-12-01T21:46:33Z"],
+        "draft_body": "Incident inc_01a2339508c32c4f3821cf89a88c481d on checkout in staging.\n"
+                      "- labels: alertname=Slow, environment=staging, ira_recording=sha256:" + "a" * 64 +
+                      ", ira_replay=rpl_01a2339505af222401fe4adc769a0010, service=checkout\n"
+                      "since 2026-12-01T21:45:00.25+00:00\n"})
+    assert compare(original, replay, volatile=Volatile(environment="prod")).differences == ()
+    changed = replay.model_copy(update={"draft_body": replay.draft_body.replace("checkout in", "payments in")})
+    comparison = compare(original, changed, volatile=Volatile(environment="prod"))
+    assert [r.aspect for r in comparison.differences] == ["draft body"]
+    assert "+Incident <id> on payments in prod." in comparison.draft_diff

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ira.infra.bundle import BundleError, check_bundle, load_bundle
+from ira.infra.bundle import BundleError, BundleExistsError, check_bundle, load_bundle, write_bundle
 from ira.infra.bundle.schema import SCHEMA_FILE, render
 from ira.infra.demo import DEMO_BUNDLE
 from ira.runtime.cli import app
@@ -105,3 +105,16 @@ def test_schema_file_matches_the_models() -> None:
     assert SCHEMA_FILE.read_text() == render()
     schema = json.loads(SCHEMA_FILE.read_text())
     assert schema["properties"]["bundle.json"]["properties"]["format_version"]["default"] == 1
+
+
+def test_a_written_bundle_reads_back_the_same_and_an_existing_directory_is_not_overwritten(tmp_path: Path) -> None:
+    document = load_bundle(DEMO_BUNDLE).document
+    document = document.model_copy(update={"manifest": document.manifest.model_copy(update={"format_version": 2})})
+
+    written = write_bundle(document, tmp_path / "copy")
+
+    assert load_bundle(written).document == document
+    assert check(written)[0] == 0
+    with pytest.raises(BundleExistsError):
+        write_bundle(document, written)
+    assert not (tmp_path / "copy.partial").exists()

@@ -13,7 +13,8 @@ from pathlib import Path
 import ira
 
 ROOT = Path(ira.__file__).parent
-TABLE_MODULES = {"ira.triage.tables", "ira.coordinator.schema", "ira.connectors.tickets.schema", "ira.replay.tables"}
+TABLE_MODULES = {"ira.triage.tables", "ira.coordinator.schema", "ira.connectors.tickets.schema", "ira.replay.tables",
+                 "ira.agents.tables"}
 READERS = {"dashboard", "notifier", "readmodel", "replay"}
 
 

@@ -18,8 +18,8 @@ from ira.connectors.recorded import Recording as Observation
 from ira.core.model import Model
 from ira.core.replay import BranchExpectation, BranchOutcome, Expectations, Outcome
 
-__all__ = ["BranchExpectation", "BranchOutcome", "Expectations", "Manifest", "ModelCall", "Observation",
-           "Outcome", "RecordedError", "SourceEvent"]
+__all__ = ["BranchExpectation", "BranchOutcome", "BundleDocument", "Expectations", "Manifest", "ModelCall",
+           "Observation", "Outcome", "RecordedError", "SourceEvent"]
 
 FORMAT_VERSIONS = (1, 2)
 CURRENT_VERSION = 2
@@ -46,3 +46,19 @@ class ModelCall(Model):
     response: dict[str, Any]
     usage: dict[str, int] = Field(default_factory=dict)
     branch: str | None = None
+
+
+class BundleDocument(Model):
+    """A whole bundle as one document: what ``ira record`` fetches and ``POST /v1/replays`` takes.
+
+    ``write_bundle`` lays it out as a directory (one file per field), ``load_bundle`` reads it back.
+    """
+
+    manifest: Manifest
+    events: tuple[SourceEvent, ...] = Field(min_length=1, max_length=1000)
+    observations: tuple[Observation, ...] = ()
+    model_calls: tuple[ModelCall, ...] = ()
+    runbooks: dict[str, str] = Field(default_factory=dict)
+    """Runbook file name -> content."""
+    outcome: Outcome | None = None
+    expectations: Expectations | None = None

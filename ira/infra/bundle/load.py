@@ -18,6 +18,7 @@ from ira.core.investigation import BranchResult
 from ira.infra.bundle.format import (
     FORMAT_VERSIONS,
     BranchOutcome,
+    BundleDocument,
     Expectations,
     Manifest,
     ModelCall,
@@ -56,6 +57,12 @@ class Bundle:
     """File name -> content."""
     outcome: Outcome | None = None
     expectations: Expectations | None = None
+
+    @property
+    def document(self) -> BundleDocument:
+        return BundleDocument(manifest=self.manifest, events=self.events, observations=self.observations,
+                              model_calls=self.model_calls, runbooks=self.runbooks, outcome=self.outcome,
+                              expectations=self.expectations)
 
 
 @dataclass

@@ -1,0 +1,154 @@
+"""`ira record` against a real `ira dev`: a production run of a non-demo tenant, service and alert is
+exported as a bundle (no planted secret in it), `ira bundle check` accepts it, and replaying it in
+staging reproduces the original's decisions, branches, report and draft."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from ira.infra.bundle import load_bundle
+from ira.infra.demo.play import retime
+from tests.e2e.devprocess import DevProcess
+from tests.e2e.test_replay import replay
+from tests.eventually import eventually
+from tests.processes import ira_command
+
+pytestmark = pytest.mark.slow
+TENANT = "acme-payments"
+ADMIN = {"authorization": "Bearer dev-admin-token"}
+TOKENS = {"am": "dev-am-token", "changes": "dev-change-token"}
+CANARIES = {
+    "label": "AKIAQ7CANARYLABEL9X2",
+    "annotation": "ghp_CanaryAnnotationToken0123456789abcd",
+    "configured": "canary-configured-7f3e9a",
+    "tool": "canary-log-password-51c2",
+    "runbook": "sk_live_CanaryRunbookKey8d7e6f5a",
+}
+"""Each shaped like a secret the redactor knows (or configured as one): none may reach a bundle."""
+
+
+def planted(scenario: Path, target: Path) -> Path:
+    """The scenario with a canary secret in an alert label and annotation, a log line and a runbook."""
+    shutil.copytree(scenario, target)
+    events = json.loads((target / "events.json").read_text())
+    for event in events:
+        for alert in event["payload"].get("alerts", ()):
+            alert["labels"]["build_ref"] = CANARIES["label"]
+            alert["annotations"]["note"] = f"auth via {CANARIES['annotation']} ({CANARIES['configured']})"
+    (target / "events.json").write_text(json.dumps(events))
+    lines = (target / "observations.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        entry = json.loads(line)
+        if entry["port"] == "logs.search" and entry["result"]["lines"]:
+            entry["result"]["lines"][0]["message"] += f" db password={CANARIES['tool']}"
+            lines[i] = json.dumps(entry)
+    (target / "observations.jsonl").write_text("\n".join(lines) + "\n")
+    for book in (target / "runbooks").iterdir():
+        book.write_text(book.read_text() + f"\nSTRIPE_API_KEY={CANARIES['runbook']}\n")
+    return target
+
+
+def scenario_bundle(tmp_path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "ira.infra.scenarios", str(tmp_path / "scenarios")], check=True,
+                   capture_output=True)
+    return planted(tmp_path / "scenarios" / "SCN-bad-deploy", tmp_path / "scenario")
+
+
+async def started(tmp_path: Path, recording: Path) -> DevProcess:
+    (tmp_path / "home").mkdir()
+    dev = DevProcess.on(tmp_path / "home")
+    config_path = Path(dev.env["IRA_CONFIG"])
+    config = yaml.safe_load(config_path.read_text())
+    config["tenant"] = TENANT
+    config["agents"].update(recorded_bundle=str(recording), redact=[CANARIES["configured"]])
+    config_path.write_text(yaml.safe_dump(config))
+    await dev.start()
+    return dev
+
+
+@pytest.fixture
+async def dev(tmp_path: Path) -> AsyncIterator[DevProcess]:
+    process = await started(tmp_path, scenario_bundle(tmp_path))
+    try:
+        yield process
+    finally:
+        await process.stop()
+
+
+async def production_run(dev: DevProcess, bundle: Path) -> dict[str, Any]:
+    """The bundle's events posted to production as its sources would, now; its run once it waits."""
+    recorded = load_bundle(bundle)
+    shift = datetime.now(UTC) - recorded.manifest.window_end
+    async with httpx.AsyncClient(base_url=dev.base_url, timeout=10) as client:
+        for event in recorded.events:
+            answer = await client.post(event.path, json=retime(event.payload, shift),
+                                       headers={"authorization": f"Bearer {TOKENS[event.source_id]}"})
+            assert answer.status_code == 202, answer.text
+
+        async def waiting() -> dict[str, Any]:
+            runs = (await client.get("/v1/runs", headers=ADMIN)).json()["runs"]
+            assert len(runs) == 1 and runs[0]["state"] == "waiting", runs
+            return dict(runs[0])
+
+        return await eventually(waiting, timeout=120, interval=0.5)
+
+
+async def ira(*args: str) -> tuple[int, list[str]]:
+    proc = await asyncio.create_subprocess_exec(ira_command(), *args, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    lines = out.decode().splitlines()
+    print("\n".join(lines), file=sys.stderr)
+    assert proc.returncode is not None
+    return proc.returncode, lines
+
+
+async def test_a_recorded_run_is_a_valid_bundle_without_secrets_that_replays_as_it_ran(
+        dev: DevProcess, tmp_path: Path) -> None:
+    run = await production_run(dev, tmp_path / "scenario")
+    out = tmp_path / "recorded"
+
+    code, lines = await ira("record", run["run_id"], "--out", str(out), "--url", dev.base_url)
+
+    assert code == 0, lines
+    assert lines[-1].startswith(f"recorded  run {run['run_id']} -> {out}")
+    text = "\n".join(p.read_text() for p in sorted(out.rglob("*")) if p.is_file())
+    assert not [name for name, canary in CANARIES.items() if canary in text]
+    assert "[REDACTED]" in text
+    code, lines = await ira("bundle", "check", str(out))
+    assert code == 0 and lines[-1].startswith(f"ok: {run['run_id']} (format_version 2"), lines
+    bundle = load_bundle(out)
+    assert (bundle.manifest.tenant_id, bundle.manifest.service, bundle.manifest.alert_name) == (
+        TENANT, "checkout-api", "CheckoutApiLatencyHigh")
+    assert bundle.manifest.source_run_id == run["run_id"]
+    assert [e.kind for e in bundle.events] == ["change", "alertmanager"]
+    assert {o.port for o in bundle.observations} >= {"metrics.query_range", "logs.search", "runbooks.search"}
+    assert bundle.runbooks and bundle.outcome is not None
+    assert bundle.outcome.run_state == "waiting (approval)" and bundle.outcome.draft_body
+    assert set(bundle.outcome.branches) == {"metrics", "logs", "runbooks"}
+
+    code, lines = await replay(dev, out)
+
+    assert code == 0, lines
+    assert re.match(rf"PASS: replay rpl_\w+ of {run['run_id']} ended waiting \(approval\); 0 difference", lines[-1])
+    compared = [line for line in lines if re.match(r"^(branch |draft |top hypotheses|facts|triage)", line)]
+    assert compared and all(re.match(r"^.+?\s+yes\s", line) for line in compared), compared
+
+
+async def test_a_run_still_running_or_unknown_is_not_recorded(dev: DevProcess, tmp_path: Path) -> None:
+    code, lines = await ira("record", "run_doesnotexist", "--out", str(tmp_path / "none"), "--url", dev.base_url)
+    assert code == 2 and "404" in lines[-1] and lines[-1].startswith("ERROR: ")
+    assert not (tmp_path / "none").exists()
