@@ -19,13 +19,12 @@ from ira.coordinator.handlers import step_handlers
 from ira.coordinator.slack import SlackInteractions, build_slack_router
 from ira.coordinator.worker import CoordinatorWorker
 from ira.core.clock import SystemClock
-from ira.runtime.bus.consumer import ConsumerSettings
 from ira.runtime.bus.record import Outcome, RecordOutcome
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck
 from ira.runtime.settings import Settings
-from ira.runtime.wiring import build_dispatcher, set_lag
+from ira.runtime.wiring import build_dispatcher, consumer_settings, set_lag, set_park
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -49,10 +48,10 @@ def build_worker(platform: Platform) -> CoordinatorWorker:
     settings = platform.settings
     return CoordinatorWorker(
         deps, dispatcher, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
-        consumer=ConsumerSettings(session_timeout=settings.kafka.session_timeout, fetch_wait=STEP_FETCH_WAIT,
-                                  faults=settings.faults),
+        consumer=consumer_settings(settings, fetch_wait=STEP_FETCH_WAIT),
         max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o),
-        on_lag=lambda consumer, lags: set_lag(platform.metrics, consumer, lags))
+        on_lag=lambda consumer, lags: set_lag(platform.metrics, consumer, lags),
+        on_parked=lambda consumer, summary: set_park(platform.metrics, consumer, summary))
 
 
 def slack_interactions(platform: Platform, deps: Deps) -> SlackInteractions:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,6 +25,7 @@ from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.store.parked import ParkSummary
 from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,10 @@ class CoordinatorWorker:
         consumer: ConsumerSettings = ConsumerSettings(), max_concurrent: int = 16, group_suffix: str = "",
         on_outcome: Callable[[RecordOutcome], None] | None = None,
         on_lag: Callable[[str, dict[tuple[str, int], int]], None] | None = None,
+        on_parked: Callable[[str, ParkSummary], None] | None = None,
     ) -> None:
-        """``on_lag(consumer, lags)``: each consumer's lag per (topic, partition), for /metrics."""
+        """``on_lag(consumer, lags)``: each consumer's lag per (topic, partition), ``on_parked(consumer,
+        summary)``: each consumer's parked records and dead letters, for /metrics."""
         env = deps.config.environment
         prefix, dlq = group_prefix(env), topic_name(Topic.DLQ, env)
         self.deps, self.dispatcher = deps, dispatcher
@@ -54,16 +58,17 @@ class CoordinatorWorker:
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator{group_suffix}",
             topics=[topic_name(Topic.INCIDENTS, env)], name=DECISIONS_CONSUMER, handler=self._on_decision,
             producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
-            on_lag=_named(DECISIONS_CONSUMER, on_lag))
+            on_lag=_named(DECISIONS_CONSUMER, on_lag), on_parked=_named(DECISIONS_CONSUMER, on_parked))
         self.updates = ConsumerRunner(  # follow-ups: their own topic and group, never ahead of a new run request
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-updates{group_suffix}",
             topics=[topic_name(Topic.INCIDENT_UPDATES, env)], name=UPDATES_CONSUMER, handler=self._on_decision,
             producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
-            on_lag=_named(UPDATES_CONSUMER, on_lag))
+            on_lag=_named(UPDATES_CONSUMER, on_lag), on_parked=_named(UPDATES_CONSUMER, on_parked))
         self.steps = ConsumerRunner(
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-steps{group_suffix}",
             topics=[topic_name(Topic.STEPS, env)], name=STEPS_CONSUMER, handler=self._on_step, producer=producer,
-            dlq_topic=dlq, inbox=False, settings=consumer, on_outcome=on_outcome, on_lag=_named(STEPS_CONSUMER, on_lag))
+            dlq_topic=dlq, db=deps.db, inbox=False, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
+            on_lag=_named(STEPS_CONSUMER, on_lag), on_parked=_named(STEPS_CONSUMER, on_parked))
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -104,6 +109,9 @@ class CoordinatorWorker:
             await asyncio.wait(pending, timeout=5)
 
 
-def _named(consumer: str, on_lag: Callable[[str, dict[tuple[str, int], int]], None] | None,
-           ) -> Callable[[dict[tuple[str, int], int]], None] | None:
-    return None if on_lag is None else lambda lags: on_lag(consumer, lags)
+T = TypeVar("T")
+
+
+def _named(consumer: str, observer: Callable[[str, T], None] | None) -> Callable[[T], None] | None:
+    """An observer of all three consumers, told which one speaks."""
+    return None if observer is None else lambda value: observer(consumer, value)

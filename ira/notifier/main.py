@@ -14,12 +14,11 @@ from ira.notifier.sink import StagingSink
 from ira.notifier.slack import SlackChannel
 from ira.notifier.webhook import NoChannel, WebhookChannel
 from ira.notifier.worker import Channel, Notifier, notifier_consumer
-from ira.runtime.bus.consumer import ConsumerSettings
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck
 from ira.runtime.settings import Settings
-from ira.runtime.wiring import set_lag
+from ira.runtime.wiring import consumer_settings, set_lag, set_park
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -80,9 +79,9 @@ class NotifierRole:
                                 others=[StagingSink(platform.clock), *([slack] if slack else [])])
             consumer = notifier_consumer(notifier, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
                                          environment=s.environment,
-                                         settings=ConsumerSettings(session_timeout=s.kafka.session_timeout,
-                                                                   faults=s.faults),
-                                         on_lag=lambda lags: set_lag(platform.metrics, "notifier", lags))
+                                         settings=consumer_settings(s), db=platform.db,
+                                         on_lag=lambda lags: set_lag(platform.metrics, "notifier", lags),
+                                         on_parked=lambda summary: set_park(platform.metrics, "notifier", summary))
             await consumer.run(stop)
 
 

@@ -29,6 +29,7 @@ from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import RecordMeta, RecordOutcome
 from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
+from ira.runtime.store.parked import ParkSummary
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -114,6 +115,7 @@ def notifier_consumer(
     settings: ConsumerSettings = ConsumerSettings(), group_suffix: str = "",
     on_outcome: Callable[[RecordOutcome], None] | None = None,
     on_lag: Callable[[dict[tuple[str, int], int]], None] | None = None,
+    db: Database | None = None, on_parked: Callable[[ParkSummary], None] | None = None,
 ) -> ConsumerRunner:
     """The notifier's consumer of ``ira.deliveries.v1``: the delivery row is the dedupe, so the
     consumer keeps no inbox (the first attempt writes the one the scanner reads)."""
@@ -125,5 +127,5 @@ def notifier_consumer(
     return ConsumerRunner(
         bootstrap=bootstrap, group_id=f"{prefix}ira.notifier{group_suffix}",
         topics=[topic_name(Topic.DELIVERIES, environment)], name=DELIVERIES_INBOX, handler=handle, producer=producer,
-        dlq_topic=topic_name(Topic.DLQ, environment), inbox=False, settings=settings, on_outcome=on_outcome,
-        on_lag=on_lag)
+        dlq_topic=topic_name(Topic.DLQ, environment), db=db, inbox=False, settings=settings,
+        on_outcome=on_outcome, on_lag=on_lag, on_parked=on_parked)

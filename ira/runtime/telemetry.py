@@ -116,6 +116,16 @@ class Metrics:
             ["consumer", "topic", "partition"], registry=r,
         )
         self.dlq = Counter("ira_dlq_messages", "Messages sent to the DLQ", ["consumer", "reason"], registry=r)
+        self.dead_letters = Gauge(
+            "ira_dead_letters", "Dead letters kept in the store per consumer: the DLQ's size (the broker's DLQ "
+            "topic may be forgotten, the store's copy is not)", ["consumer"], registry=r)
+        self.parked = Gauge(
+            "ira_parked_messages", "Records parked in the store per consumer: a transient failure outlasted "
+            "consumer.max_hold, the partition moved on, the record is tried again from the store", ["consumer"],
+            registry=r)
+        self.parked_oldest_age = Gauge(
+            "ira_parked_oldest_age_seconds", "Age of the oldest parked record per consumer (0 when none)",
+            ["consumer"], registry=r)
         self.claims = Counter("ira_step_claims", "Step claims by outcome (won/lost)", ["result"], registry=r)
         self.conflicts = Counter(
             "ira_conflicts", "Compare-and-set conflicts by kind (state, epoch, ...)", ["kind"], registry=r

@@ -17,6 +17,8 @@ from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.relay import OutboxRelay
 from ira.runtime.scanner import Scanner, ScanReport
+from ira.runtime.settings import Settings
+from ira.runtime.store.parked import ParkSummary
 from ira.runtime.telemetry import Metrics
 
 
@@ -95,18 +97,27 @@ def build_consumer(
 ) -> ConsumerRunner:
     """A consumer of this environment's ``topics`` whose outcomes and lag feed /metrics."""
     env = platform.settings.environment
-    session = platform.settings.kafka.session_timeout
     built: list[ConsumerRunner] = []  # the observer needs the runner it observes
     runner = ConsumerRunner(
         bootstrap=platform.kafka_bootstrap, group_id=group_id or f"ira-{name}",
         topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
         dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
-        settings=ConsumerSettings(session_timeout=session, batch_size=batch_size, faults=platform.settings.faults),
-        batch_hooks=batch_hooks,
+        settings=consumer_settings(platform.settings, batch_size=batch_size), batch_hooks=batch_hooks,
         on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome),
-        on_lag=lambda lags: set_lag(platform.metrics, name, lags))
+        on_lag=lambda lags: set_lag(platform.metrics, name, lags),
+        on_parked=lambda summary: set_park(platform.metrics, name, summary))
     built.append(runner)
     return runner
+
+
+def consumer_settings(settings: Settings, *, batch_size: int = 1,
+                      fetch_wait: timedelta = ConsumerSettings.fetch_wait) -> ConsumerSettings:
+    """The runner's tuning from ira.yaml (``kafka.session_timeout``, ``consumer:``), for every role."""
+    return ConsumerSettings(session_timeout=settings.kafka.session_timeout, fetch_wait=fetch_wait,
+                            batch_size=batch_size, max_hold=settings.consumer.max_hold,
+                            park_poll=settings.consumer.park_poll,
+                            max_unexpected_attempts=settings.consumer.max_unexpected_attempts,
+                            faults=settings.faults)
 
 
 def build_step_consumer(platform: Platform, role: str, dispatcher: StepDispatcher) -> ConsumerRunner:
@@ -133,6 +144,13 @@ def observe_outcome(metrics: Metrics, runner: ConsumerRunner, outcome: RecordOut
     if outcome.error_code in _CONFLICT_CODES:
         metrics.conflicts.labels(kind=_CONFLICT_CODES[outcome.error_code]).inc()
     set_lag(metrics, name, runner.lag())
+
+
+def set_park(metrics: Metrics, consumer: str, summary: ParkSummary) -> None:
+    """The park gauges of one consumer (parked, oldest parked age, dead letters kept): each re-drive poll."""
+    metrics.parked.labels(consumer=consumer).set(summary.parked)
+    metrics.parked_oldest_age.labels(consumer=consumer).set(summary.oldest_parked_age.total_seconds())
+    metrics.dead_letters.labels(consumer=consumer).set(summary.dead_lettered)
 
 
 def set_lag(metrics: Metrics, consumer: str, lags: Mapping[tuple[str, int], int]) -> None:

@@ -120,9 +120,11 @@ async def test_the_demo_walk_is_one_trace_from_the_webhook_to_the_receipts(tmp_p
             metrics = (await client.get("/metrics")).text
         await dev.stop()  # flushes the last spans
         spans = await spans_of(received, trace_id, {*EVERY_STEP, "approval wait", "ticket operation"})
-    # every role's consumers report their lag, the coordinator's and the notifier's included
+    # every role's consumers report their lag, parked records and dead letters, the coordinator's included
     for consumer in ("triage", "coordinator", "coordinator-updates", "coordinator-steps", "agents-steps", "notifier"):
-        assert f'ira_consumer_lag_messages{{consumer="{consumer}"' in metrics, consumer
+        for gauge in ("ira_consumer_lag_messages", "ira_parked_messages", "ira_parked_oldest_age_seconds",
+                      "ira_dead_letters"):
+            assert f'{gauge}{{consumer="{consumer}"' in metrics, (gauge, consumer)
     names = Counter(s.name for s in spans)
     # the ingest request is the root; triage and the coordinator continue it over Kafka
     [root] = [s for s in spans if not s.parent_span_id]

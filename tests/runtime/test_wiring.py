@@ -60,6 +60,9 @@ async def test_consumer_outcomes_relay_and_claims_show_on_metrics(platform: Plat
         await eventually(lambda: metric(platform, 'ira_dlq_messages_total{consumer="probe"') == 1, timeout=20)
         await eventually(lambda: metric(platform, "ira_relay_published_total") >= 1, timeout=20)
         assert metric(platform, 'ira_messages_handled_total{consumer="probe"}') == 1
+        # the dead letter is kept in the store: the DLQ's size, next to nothing parked
+        await eventually(lambda: metric(platform, 'ira_dead_letters{consumer="probe"}') == 1, timeout=20)
+        assert 'ira_parked_messages{consumer="probe"} 0.0' in platform.metrics.render().decode()
         assert 'ira_consumer_lag_messages{consumer="probe"' in platform.metrics.render().decode()
         # idle now: the lag gauge goes back to 0 once the last records are committed
         await eventually(lambda: consumer.stats.committed and all(v == 0 for v in consumer.lag().values())

@@ -5,11 +5,15 @@ For each record: parse the envelope, then in ONE database transaction remember i
 the Kafka offset committed. A crash anywhere in between redelivers the record and the inbox
 drops it. The error's class decides the rest (``record.disposition``):
 
-* poison (unparseable, or a DomainError) -> a DeadLetter on the DLQ topic, then the offset
-  moves on: one bad record never blocks its partition;
+* poison (unparseable, a DomainError, a value the database refuses) -> a DeadLetter on the
+  DLQ topic (and kept in the store) after that one try, then the offset moves on: one bad
+  record never blocks its partition;
 * DuplicateMessageError -> acknowledged and dropped;
-* TransientError -> the same record again, with capped exponential backoff; never skipped,
-  never committed past.
+* TransientError -> the same record again, with capped exponential backoff, while the
+  fetched batch of its partition has waited less than ``max_hold`` in all (shared by the
+  batch's records: a run of bad records holds it once, not once each); then the record is parked in the store
+  (:mod:`ira.runtime.bus.park`) and tried again from there, and the partition moves on.
+  Never skipped: if even parking fails (the store is down), it stays in place.
 
 ``inbox=False`` serves handlers that dedupe by other means (step wake-ups dedupe by the step
 claim): the handler gets no connection and opens its own transactions.
@@ -25,7 +29,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -39,6 +43,7 @@ from ira.core.envelope import Envelope
 from ira.core.errors import BrokerUnavailableError, InvalidMessageError
 from ira.runtime.bus import tracing
 from ira.runtime.bus.inbox import BatchHooks, InboxApplier
+from ira.runtime.bus.park import Hold, ParkingLot
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
     ConsumerStats,
@@ -59,6 +64,7 @@ from ira.runtime.bus.record import (
 from ira.runtime.duty import Duty, enlist
 from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
+from ira.runtime.store.parked import ParkSummary
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,12 @@ class ConsumerSettings:
     max_retry_backoff: timedelta = timedelta(seconds=10)
     max_unexpected_attempts: int = 5
     """Tries for an exception outside ira's error tree before the record is dead-lettered."""
+    max_hold: timedelta = timedelta(seconds=1)
+    """Longest a partition waits on a failing record (in-place retries) before it is parked."""
+    park_poll: timedelta = timedelta(seconds=1)
+    """How often the consumer tries its due parked records again (and reports its park)."""
+    park_lease: timedelta = timedelta(seconds=30)
+    """A claimed parked record another replica may take over after (its claimer died)."""
     request_timeout: timedelta = timedelta(seconds=10)
     faults: frozenset[str] = frozenset()
     """Armed fault points (tests): ``consumer.<name>.after_apply`` dies after the handler's
@@ -102,6 +114,8 @@ class ConsumerRunner:
     ``name`` is the inbox's consumer name: two roles reading one topic need two names.
     ``on_outcome`` hears every outcome (telemetry counts them); ``stats`` keeps totals.
     ``batch_hooks`` (inbox mode) run at the start and the end of every transaction.
+    With ``db`` (inbox or not) failing records are parked in the store and dead letters kept
+    there; ``on_parked`` hears the consumer's park (parked, oldest age, dead letters) each poll.
     """
 
     def __init__(
@@ -122,6 +136,7 @@ class ConsumerRunner:
         on_outcome: Callable[[RecordOutcome], None] | None = None,
         on_lag: Callable[[dict[tuple[str, int], int]], None] | None = None,
         batch_hooks: BatchHooks | None = None,
+        on_parked: Callable[[ParkSummary], None] | None = None,
     ) -> None:
         if inbox and db is None:
             raise ValueError("a consumer with an inbox needs the database")
@@ -132,7 +147,10 @@ class ConsumerRunner:
         self._applier = None if db is None or not inbox else InboxApplier(
             db, consumer=name, handler=cast(InboxHandler, handler), clock=clock or SystemClock(), span=self._span,
             hooks=batch_hooks)
-        self._on_lag = on_lag
+        self._on_lag, self._on_parked = on_lag, on_parked
+        self.parking = None if db is None else ParkingLot(
+            db, consumer=name, clock=clock or SystemClock(), lease=settings.park_lease, poll=settings.park_poll,
+            backoff=self._retry_delay)
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
         self._faults, self._after_apply = FaultPoints(settings.faults), after_apply(name)
@@ -145,6 +163,8 @@ class ConsumerRunner:
         """
         duty = enlist(f"consumer {self.name}")
         consumer = self._consumer = await self._start_consumer(duty)
+        redrive = None if self.parking is None else asyncio.create_task(
+            self.parking.run(stop, self._attempt_reported, on_summary=self._on_parked))
         try:
             while not stop.is_set():
                 fetched = await self._fetch(consumer, stop)
@@ -159,6 +179,7 @@ class ConsumerRunner:
         finally:
             duty.finished = True
             self._consumer = None
+            await _ended(redrive)
             await consumer.stop()  # leaves the group, so its partitions move on at once
 
     def lag(self) -> dict[tuple[str, int], int]:
@@ -215,7 +236,7 @@ class ConsumerRunner:
     async def _process_partition(self, records: Sequence[Any], stop: asyncio.Event) -> int | None:
         """Apply records in order; return the offset of the last one done (None if none)."""
         last: int | None = None
-        size = self.settings.batch_size if self._applier else 1
+        size, hold = (self.settings.batch_size if self._applier else 1), Hold(self.settings.max_hold)
         for start in range(0, len(records), size):
             chunk = records[start:start + size]
             if stop.is_set():
@@ -224,29 +245,56 @@ class ConsumerRunner:
                 last = chunk[-1].offset
                 continue
             for record in chunk:
-                if stop.is_set() or not await self._process(record, stop):
+                if stop.is_set() or not await self._process(record, stop, hold):
                     return last
                 last = record.offset
         return last
 
-    async def _process(self, record: Any, stop: asyncio.Event) -> bool:
-        """Try one record until it has an outcome; False if ``stop`` came while retrying."""
+    async def _process(self, record: Any, stop: asyncio.Event, hold: Hold) -> bool:
+        """Try one record until it has an outcome or is parked; False if ``stop`` came while retrying."""
         meta = record_meta(record)
         for attempt in itertools.count():
             try:
                 outcome = await self._attempt(record, meta, attempt)
             except Exception as exc:  # the worker loop: only retryable failures reach here
-                if await self._wait_to_retry(exc, meta, attempt, stop):
+                self._report(RecordOutcome(self.name, Outcome.RETRIED, meta, error_code(exc)))
+                delay = self._retry_delay(exc, attempt)
+                if hold.exceeded_by(delay) and await self._park(record, meta, exc, attempt + 1, delay):
+                    return True
+                if await self._wait_to_retry(exc, meta, attempt, delay, stop):
                     return False
+                hold.spend(delay)
                 continue
             self._report(outcome)
             return True
         raise AssertionError("unreachable: itertools.count() never ends")
 
-    async def _wait_to_retry(self, exc: Exception, meta: RecordMeta, attempt: int, stop: asyncio.Event) -> bool:
+    def _retry_delay(self, exc: BaseException, attempt: int) -> timedelta:
+        return retry_delay(exc, attempt, base=self.settings.retry_backoff, cap=self.settings.max_retry_backoff)
+
+    async def _park(self, record: Any, meta: RecordMeta, exc: Exception, attempts: int, delay: timedelta) -> bool:
+        """Out of the partition into the store, to be tried again after ``delay``."""
+        if self.parking is None or not await self.parking.park(record, meta, exc, attempts=attempts, delay=delay):
+            return False
+        log.warning("consumer %s: %s@%d:%d parked after %d tries (%s), the partition moves on", self.name,
+                    meta.topic, meta.partition, meta.offset, attempts, error_code(exc))
+        self._report(RecordOutcome(self.name, Outcome.PARKED, meta, error_code(exc)))
+        return True
+
+    async def _attempt_reported(self, record: Any, meta: RecordMeta, attempt: int) -> RecordOutcome:
+        """One try of a parked record; its outcome is reported like any other."""
+        try:
+            outcome = await self._attempt(record, meta, attempt)
+        except Exception as exc:
+            self._report(RecordOutcome(self.name, Outcome.RETRIED, meta, error_code(exc)))
+            raise
+        self._report(outcome)
+        return outcome
+
+    async def _wait_to_retry(
+        self, exc: Exception, meta: RecordMeta, attempt: int, delay: timedelta, stop: asyncio.Event
+    ) -> bool:
         """Back off before the next try; True if ``stop`` was set meanwhile."""
-        self._report(RecordOutcome(self.name, Outcome.RETRIED, meta, error_code(exc)))
-        delay = retry_delay(exc, attempt, base=self.settings.retry_backoff, cap=self.settings.max_retry_backoff)
         log.warning("consumer %s: %s@%d:%d try %d failed, again in %.2fs: %r", self.name, meta.topic,
                     meta.partition, meta.offset, attempt + 1, delay.total_seconds(), exc)
         return await _stopped_within(stop, delay)
@@ -290,8 +338,10 @@ class ConsumerRunner:
     async def _dead_letter(
         self, record: Any, meta: RecordMeta, exc: BaseException, envelope: Envelope | None
     ) -> RecordOutcome:
-        """Publish the refused record to the DLQ, keyed like the original; then move on."""
+        """Keep the refused record in the store, publish it to the DLQ keyed like the original; move on."""
         letter = dead_letter(record.value, meta, exc, consumer=self.name, envelope=envelope)
+        if self.parking is not None:
+            await self.parking.keep_dead_letter(record, meta, letter)
         await self._producer.publish_raw(self._dlq_topic, record.key, letter.model_dump_json().encode(),
                                          dead_letter_headers(meta, letter))
         log.warning("consumer %s: %s@%d:%d dead-lettered (%s): %s", self.name, meta.topic,
@@ -323,6 +373,16 @@ class _ReportAssigned(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: object) -> None:
         self._duty.ready = True
+
+
+async def _ended(task: asyncio.Task[None] | None) -> None:
+    """Wait for a side task that ends with the stop event (cancel it if the loop ended otherwise)."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
 
 
 async def _stopped_within(stop: asyncio.Event, delay: timedelta) -> bool:

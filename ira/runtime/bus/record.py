@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 from sqlalchemy.exc import DataError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -67,6 +68,8 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     RETRIED = "retried"
     """One failed try of a record that will be tried again (counted per try)."""
+    PARKED = "parked"
+    """Failing for longer than ``max_hold``: out of the partition, into the store, tried again from there."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,26 @@ class Disposition(StrEnum):
     DEAD_LETTER = "dead_letter"
 
 
+_PERMANENT = (PlatformError, DataError, ValidationError, UnicodeError, json.JSONDecodeError)
+"""Failures the same record meets again on every try: ira's own refusals (DomainError & co.),
+a value the database refuses (too long for its column, a NUL), data that does not parse."""
+
+
 def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: int) -> Disposition:
     """What to do with a record whose handler raised ``exc`` on try number ``attempt`` (0-based).
 
-    The error's class decides (CONVENTIONS "Errors"). An exception outside ira's tree is a
-    bug or an untranslated failure: tried a few times, then dead-lettered, so one bad record
-    cannot stall its partition forever.
+    The one place that classifies failures; the error's class decides (CONVENTIONS "Errors"):
+
+    ====================================================  =====================================
+    DuplicateMessageError / StaleEpochError               dropped (acknowledged)
+    TransientError, database / broker / network failures  retried (in place up to max_hold,
+                                                          then parked and retried from the store)
+    other PlatformError, DataError, ValidationError,      dead-lettered after this one try
+    undecodable bytes or JSON
+    anything else (a bug, an untranslated failure)        retried like a transient failure, then
+                                                          dead-lettered at try
+                                                          ``max_unexpected_attempts``
+    ====================================================  =====================================
     """
     if isinstance(exc, DuplicateMessageError):
         return Disposition.DROP_DUPLICATE
@@ -102,8 +119,8 @@ def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: in
         return Disposition.DROP_STALE
     if isinstance(exc, (TransientError, *_INFRASTRUCTURE)):
         return Disposition.RETRY
-    if isinstance(exc, PlatformError | DataError):
-        return Disposition.DEAD_LETTER  # a value the database refuses is refused again: out of the partition now
+    if isinstance(exc, _PERMANENT):
+        return Disposition.DEAD_LETTER  # refused again on every try: out of the partition now
     return Disposition.RETRY if attempt + 1 < max_unexpected_attempts else Disposition.DEAD_LETTER
 
 
@@ -179,11 +196,13 @@ class ConsumerStats:
     stale: int = 0
     dead_lettered: int = 0
     retries: int = 0
+    parked: int = 0
     commit_failures: int = 0
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     """Next offset committed per (topic, partition)."""
 
     def count(self, outcome: Outcome) -> None:
         attribute = {Outcome.PROCESSED: "processed", Outcome.DUPLICATE: "duplicates", Outcome.STALE: "stale",
-                     Outcome.DEAD_LETTERED: "dead_lettered", Outcome.RETRIED: "retries"}[outcome]
+                     Outcome.DEAD_LETTERED: "dead_lettered", Outcome.RETRIED: "retries",
+                     Outcome.PARKED: "parked"}[outcome]
         setattr(self, attribute, getattr(self, attribute) + 1)

@@ -168,6 +168,18 @@ class TelemetrySettings(Section):
         return self.trace_url.replace("{trace_id}", trace_id) if self.trace_url and trace_id else None
 
 
+class ConsumerTuning(Section):
+    """How a consumer treats a record that fails (``consumer:``); the same for every role."""
+
+    max_hold: Duration = timedelta(seconds=1)
+    """Longest a partition waits on a transiently failing record (retried in place with backoff);
+    after that the record is parked in the store, tried again from there, and the partition moves on."""
+    park_poll: Duration = timedelta(seconds=1)
+    """How often each consumer tries its due parked records again (and refreshes its park gauges)."""
+    max_unexpected_attempts: int = Field(default=5, ge=1, le=100)
+    """Tries for a failure outside ira's error tree (a bug) before the record is dead-lettered."""
+
+
 class RuntimeTuning(Section):
     """Knobs of the shared machinery (relay, scanner, leases); defaults suit one machine."""
 
@@ -264,6 +276,8 @@ class Settings(Section):
     telemetry: TelemetrySettings = TelemetrySettings()
     artifact_max_bytes: int = Field(default=1024 * 1024, ge=1)
     runtime: RuntimeTuning = RuntimeTuning()
+    consumer: ConsumerTuning = ConsumerTuning()
+    """Failing records: held at most ``max_hold``, then parked and retried from the store."""
     agents: AgentsSettings = AgentsSettings()
     """Investigators: loop limits, connectors, per-branch policy (rules or an LLM)."""
     coordinator: CoordinatorSettings = CoordinatorSettings()

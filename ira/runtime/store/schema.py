@@ -365,3 +365,30 @@ sessions = Table(
 )
 """Dashboard sessions: the SHA-256 of the cookie (a database read yields no usable cookie) and
 the digest of the API token that logged in, so removing a token from the config ends its sessions."""
+
+parked_records = Table(
+    "parked_records", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _tenant(),
+    Column("consumer", String(100), nullable=False),
+    Column("message_id", String(200), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("topic", String(200), nullable=False),
+    Column("record_partition", Integer, nullable=False),
+    Column("record_offset", BigInteger, nullable=False),
+    Column("record_timestamp_ms", BigInteger, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary, nullable=False),
+    Column("headers", JSON, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("error_code", String(64), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("parked_at", _tz(), nullable=False),
+    Column("due_at", _tz(), nullable=False),
+    UniqueConstraint("tenant_id", "consumer", "message_id"),
+    Index("ix_parked_records_due", "consumer", "state", "due_at"),
+)
+"""Records a consumer took out of its partition: ``parked`` (a transient failure that outlasted
+``consumer.max_hold``; its consumer tries it again from here, with backoff) or ``dead_lettered``
+(refused for good; also published to ``ira.dlq.v1``, but the broker may forget, the store does
+not). The raw record is kept, so a crash while parked loses nothing."""

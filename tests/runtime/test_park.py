@@ -1,0 +1,203 @@
+"""Poison records leave the partition: a permanent failure is dead-lettered after one try, a
+transient one holds its partition at most ``max_hold``, is parked in the store and retried from
+there until it is applied, exactly once. Real broker (Tansu), SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from aiokafka import TopicPartition
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
+from ira.core.errors import ConcurrentUpdateError, IllegalTransitionError
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.producer import BusProducer
+from ira.runtime.bus.record import InboxHandler, RecordMeta
+from ira.runtime.store.database import Database
+from ira.runtime.store.parked import ParkedState, ParkSummary, parked_of
+from ira.runtime.telemetry import Metrics
+from ira.runtime.wiring import set_park
+from tests.eventually import eventually
+from tests.runtime import test_bus
+from tests.runtime.test_bus import (
+    FAST,
+    KEY,
+    applied,
+    committed_offset,
+    envelope,
+    read_topic,
+    recording_handler,
+    running,
+)
+
+db, producer = test_bus.db, test_bus.producer  # the bus tests' fixtures: a database with its effects table
+
+CONSUMER = "park-test"
+NO_REDRIVE = timedelta(hours=1)
+PARKING = replace(FAST, max_hold=timedelta(milliseconds=300), park_poll=timedelta(milliseconds=100),
+                  retry_backoff=timedelta(milliseconds=50), max_retry_backoff=timedelta(milliseconds=200))
+BOTH = pytest.mark.parametrize("db", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+                               indirect=True)
+
+
+def parking_runner(bus_env: str, kafka: EmbeddedKafka, producer: BusProducer, handler: InboxHandler, db: Database,
+                   *, settings: ConsumerSettings = PARKING, topic: Topic = Topic.ALERTS) -> ConsumerRunner:
+    summaries: list[ParkSummary] = []
+    runner = ConsumerRunner(
+        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handler,
+        topics=[topic_name(topic, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env), db=db,
+        settings=settings, on_parked=summaries.append)
+    runner.summaries = summaries  # type: ignore[attr-defined]
+    return runner
+
+
+class Gate:
+    """A handler failing every try of the records marked ``stuck`` until released; counts tries."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.released = error, asyncio.Event()
+        self.tries: dict[str, int] = {}
+
+    async def __call__(self, conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        self.tries[env.message_id] = self.tries.get(env.message_id, 0) + 1
+        if env.payload.get("stuck") and not self.released.is_set():
+            raise self.error
+        await recording_handler(conn, env, meta)
+
+
+async def rows(db: Database) -> list[tuple[str, str, int, str]]:
+    async with db.reader() as conn:
+        return [(r.message_id, r.state, r.attempts, r.error_code) for r in await parked_of(conn, CONSUMER)]
+
+
+@BOTH
+async def test_a_transient_failure_is_parked_after_max_hold_and_applied_once_from_the_store(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    # Given a record that fails transiently for as long as the test says, ahead of good ones
+    topic = topic_name(Topic.ALERTS, bus_env)
+    gate = Gate(ConcurrentUpdateError("incident i-1 moved on"))
+    stuck, good = envelope(stuck=True), [envelope() for _ in range(3)]
+    sent = [await producer.publish(topic, KEY, env) for env in (stuck, *good)]
+    consumer = parking_runner(bus_env, kafka, producer, gate, db)
+
+    async with running(consumer):
+        # When it keeps failing past max_hold, the records behind it are applied while it still fails
+        await eventually(lambda: consumer.stats.processed == 3, timeout=15)
+        assert await applied(db) == [g.message_id for g in good]
+        assert not gate.released.is_set() and consumer.stats.parked == 1
+        [(message_id, state, attempts, code)] = await rows(db)
+        assert (message_id, state, code) == (stuck.message_id, ParkedState.PARKED, "concurrent_update")
+        assert attempts >= 1
+        tp = TopicPartition(topic, sent[-1].partition)
+        assert await committed_offset(kafka, consumer.group_id, tp) == sent[-1].offset + 1
+        await eventually(lambda: any(s.parked == 1 for s in consumer.summaries))  # type: ignore[attr-defined]
+        # ... and once the failure clears, the parked record is applied from the store, once
+        gate.released.set()
+        await eventually(lambda: consumer.stats.processed == 4, timeout=15)
+        await eventually(lambda: consumer.summaries[-1] == ParkSummary())  # type: ignore[attr-defined]
+
+    assert sorted(await applied(db)) == sorted([stuck.message_id, *(g.message_id for g in good)])
+    assert await rows(db) == [] and consumer.stats.dead_lettered == 0
+    assert gate.tries[stuck.message_id] >= 3 and all(gate.tries[g.message_id] == 1 for g in good)
+
+
+async def test_a_run_of_failing_records_holds_its_partition_once_not_once_each(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    # Given ten records failing transiently ahead of a good one
+    topic = topic_name(Topic.ALERTS, bus_env)
+    gate = Gate(ConcurrentUpdateError("busy"))
+    stuck, good = [envelope(stuck=True) for _ in range(10)], envelope()
+    for env in (*stuck, good):
+        await producer.publish(topic, KEY, env)
+    consumer = parking_runner(bus_env, kafka, producer, gate, db, settings=replace(PARKING, park_poll=NO_REDRIVE))
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 1, timeout=15)
+
+    # Then the ten share one hold of 300 ms: the first waits 50 + 100 ms (200 more would overdraw
+    # it), the second the 150 ms left, and each later one is parked at its first failure
+    assert [gate.tries[e.message_id] for e in stuck] == [3, 3] + [1] * 8
+    assert (consumer.stats.parked, consumer.stats.retries) == (10, 14)
+
+
+@BOTH
+async def test_a_permanent_failure_is_dead_lettered_after_one_try_with_its_reason(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    gate = Gate(IllegalTransitionError("incident", "resolved", "firing"))
+    refused, good = envelope(stuck=True), envelope()
+    for env in (refused, good):
+        await producer.publish(topic, KEY, env)
+    consumer = parking_runner(bus_env, kafka, producer, gate, db)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 1 and consumer.stats.dead_lettered == 1)
+        await eventually(lambda: any(s.dead_lettered == 1 for s in consumer.summaries))  # type: ignore[attr-defined]
+
+    assert gate.tries[refused.message_id] == 1 and consumer.stats.retries == 0
+    assert await applied(db) == [good.message_id]
+    [letter] = [DeadLetter.model_validate_json(r.value) for r in
+                await read_topic(kafka, topic_name(Topic.DLQ, bus_env), 1)]
+    assert (letter.original_message_id, letter.error_code, letter.reason) == (
+        refused.message_id, "illegal_transition", "incident cannot move from resolved to firing")
+    assert await rows(db) == [(refused.message_id, ParkedState.DEAD_LETTERED, 1, "illegal_transition")]
+
+
+async def test_an_unexpected_failure_is_dead_lettered_at_its_last_try_without_holding_the_partition(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    topic = topic_name(Topic.ALERTS, bus_env)
+    gate = Gate(KeyError("a bug"))
+    bug, good = envelope(stuck=True), envelope()
+    for env in (bug, good):
+        await producer.publish(topic, KEY, env)
+    consumer = parking_runner(bus_env, kafka, producer, gate, db,
+                              settings=replace(PARKING, max_unexpected_attempts=6))
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.dead_lettered == 1, timeout=20)
+
+    assert consumer.stats.parked == 1 and await applied(db) == [good.message_id]
+    assert gate.tries[bug.message_id] == 6  # tried in place, then from the store, then refused
+    assert await rows(db) == [(bug.message_id, ParkedState.DEAD_LETTERED, 1, "unhandled_error")]
+
+
+async def test_a_record_parked_by_a_stopped_consumer_is_applied_by_the_next_one(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    # Given a record parked, and the consumer that parked it gone
+    gate = Gate(ConcurrentUpdateError("busy"))
+    stuck = envelope(stuck=True)
+    await producer.publish(topic_name(Topic.ALERTS, bus_env), KEY, stuck)
+    first = parking_runner(bus_env, kafka, producer, gate, db, settings=replace(PARKING, park_poll=NO_REDRIVE))
+    async with running(first):
+        await eventually(lambda: first.stats.parked == 1)
+
+    # When the failure clears and another member of the consumer starts (with nothing on its topic)
+    gate.released.set()
+    second = parking_runner(bus_env, kafka, producer, gate, db, topic=Topic.RUN_EVENTS)
+    async with running(second):
+        await eventually(lambda: second.stats.processed == 1, timeout=15)
+
+    # Then the record is applied from the store, once
+    assert await applied(db) == [stuck.message_id] and await rows(db) == []
+
+
+def test_the_park_of_a_consumer_reaches_metrics() -> None:
+    metrics = Metrics()
+    set_park(metrics, "coordinator-decisions",
+             ParkSummary(parked=2, oldest_parked_age=timedelta(seconds=42), dead_lettered=3))
+    shown = metrics.render().decode()
+    assert 'ira_parked_messages{consumer="coordinator-decisions"} 2.0' in shown
+    assert 'ira_parked_oldest_age_seconds{consumer="coordinator-decisions"} 42.0' in shown
+    assert 'ira_dead_letters{consumer="coordinator-decisions"} 3.0' in shown
