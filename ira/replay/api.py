@@ -103,6 +103,7 @@ async def _view(conn: Any, row: Any) -> ReplayView:
             branches = [s for s in run.steps if s.kind in BRANCHES]
             total, finished = len(branches), sum(1 for s in branches if s.state.value in FINISHED_STEPS)
     return ReplayView(replay_id=row.replay_id, bundle_id=row.bundle_id, state=row.state,
+                      observations_from=row.original.get("observations_from") or "recorded",
                       events_total=row.events_total, events_sent=row.events_sent, run_id=row.run_id,
                       run_state=run_state, branches_finished=finished, branches_total=total,
                       report=ReplayReport.model_validate(row.report) if row.report else None, error=row.error,

@@ -1,7 +1,7 @@
-"""``ira record RUN_ID --out DIR`` and ``ira replay --bundle DIR``: talk to a running ira.
+"""``ira record RUN_ID --out DIR`` and ``ira replay (--bundle DIR | --run RUN_ID)``: talk to a running ira.
 
-``record`` fetches a run as a bundle and writes it as a directory. ``replay`` sends a bundle,
-follows it and prints the comparison.
+``record`` fetches a run as a bundle and writes it as a directory. ``replay`` sends a bundle (a
+directory, or a run the same ira records on the spot), follows it and prints the comparison.
 
 Exit codes: 0 the replay finished and its expectations (if any) are met; 1 they are not (the
 unmet ones are listed); 2 it could not run (invalid bundle, ira unreachable or refusing, the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,28 +25,57 @@ POLL = 0.5
 """Seconds between two looks at the replay (a person watching, not a synchronisation)."""
 
 
-def request_of(directory: Path, *, speed: float, observations: Observations = "recorded") -> ReplayRequest:
-    document = load_bundle(directory).document
-    return ReplayRequest(**dict(document), speed=speed, observations_from=observations)
+@dataclass(frozen=True)
+class ReplayOptions:
+    url: str
+    token: str
+    speed: float = 0.0
+    observations: Observations = "recorded"
+    timeout: float = 900.0
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, timeout=30, headers={"authorization": f"Bearer {self.token}"})
 
 
-async def replay_bundle(directory: Path, *, url: str, token: str, speed: float, say: Say,
-                        timeout: float = 900.0) -> int:
+def request_of(document: BundleDocument, options: ReplayOptions) -> ReplayRequest:
+    return ReplayRequest(**dict(document), speed=options.speed, observations_from=options.observations)
+
+
+async def replay_bundle(directory: Path, options: ReplayOptions, *, say: Say) -> int:
+    """``ira replay --bundle DIR``."""
     try:
-        body = request_of(directory, speed=speed)
+        document = load_bundle(directory).document
     except BundleError as exc:
         for problem in exc.problems:
             say(f"{directory}/{problem}")
         say(f"ERROR: {directory} is not a valid bundle ({len(exc.problems)} problem(s)); nothing replayed")
         return 2
-    async with httpx.AsyncClient(base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"}) as api:
+    async with options.client() as api:
+        return await _replay(api, request_of(document, options), say=say, timeout=options.timeout)
+
+
+async def replay_run(run_id: str, options: ReplayOptions, *, say: Say) -> int:
+    """``ira replay --run RUN_ID``: the run recorded by the same ira, then replayed like a bundle."""
+    async with options.client() as api:
         try:
-            view = await _start(api, body)
-            say(f"replay    {view.replay_id}: {body.manifest.bundle_id} into staging of {url}")
-            view = await _follow(api, view, say=say, timeout=timeout)
+            document = await fetch_bundle(api, run_id)
         except (httpx.HTTPError, ReplayRefusedError) as exc:
-            say(f"ERROR: the replay could not run: {exc}")
+            say(f"ERROR: run {run_id} could not be recorded: {exc}")
             return 2
+        say(f"recorded  run {run_id}: {len(document.events)} events, {len(document.observations)} observations, "
+            f"{len(document.model_calls)} model calls")
+        return await _replay(api, request_of(document, options), say=say, timeout=options.timeout)
+
+
+async def _replay(api: httpx.AsyncClient, body: ReplayRequest, *, say: Say, timeout: float) -> int:
+    try:
+        view = await _start(api, body)
+        say(f"replay    {view.replay_id}: {body.manifest.bundle_id} into staging of {api.base_url} "
+            f"(observations {body.observations_from})")
+        view = await _follow(api, view, say=say, timeout=timeout)
+    except (httpx.HTTPError, ReplayRefusedError) as exc:
+        say(f"ERROR: the replay could not run: {exc}")
+        return 2
     return show(view, say)
 
 
@@ -55,7 +85,7 @@ class ReplayRefusedError(Exception):
 
 async def record_run(run_id: str, out: Path, *, url: str, token: str, say: Say) -> int:
     """0: written and valid; 2: the run could not be recorded (unknown, still running, ira unreachable)."""
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers={"authorization": f"Bearer {token}"}) as api:
+    async with ReplayOptions(url=url, token=token).client() as api:
         try:
             document = await fetch_bundle(api, run_id)
             write_bundle(document, out)

@@ -43,6 +43,7 @@ class ReplayView(Model):
     bundle_id: str
     state: str
     """``sending``, ``running``, ``finished`` or ``failed``."""
+    observations_from: Observations = "recorded"
     events_total: int
     events_sent: int
     run_id: str | None

@@ -39,8 +39,11 @@ def mark(value: Any, labels: dict[str, str]) -> Any:
     return value
 
 
-def staging_payload(event: SourceEvent, *, shift: timedelta, replay_id: str, recording_ref: str) -> dict[str, Any]:
-    labels = {"environment": STAGING, REPLAY_LABEL: replay_id, RECORDING_LABEL: recording_ref}
+def staging_payload(event: SourceEvent, *, shift: timedelta, replay_id: str,
+                    recording_ref: str | None) -> dict[str, Any]:
+    """``recording_ref`` None: no recording label, so the branches ask the configured connectors (live)."""
+    labels = {"environment": STAGING, REPLAY_LABEL: replay_id} | ({RECORDING_LABEL: recording_ref}
+                                                                   if recording_ref else {})
     payload = mark(retime(event.payload, shift), labels)
     if "service" in payload and "labels" not in payload:  # a change event: its environment is a field
         payload["environment"] = STAGING

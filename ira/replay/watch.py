@@ -59,11 +59,12 @@ class ReplayLoop:
         events = [SourceEvent.model_validate(e) for e in row.original["events"]]
         speed, first = float(row.original.get("speed") or 0), events[0].offset_seconds
         shift = row.created_at - datetime.fromisoformat(row.original["window_end"])
+        recording = None if row.original.get("observations_from") == "live" else row.recording_ref
         for index in range(row.events_sent, len(events)):
             event = events[index]
             if speed > 0 and (event.offset_seconds - first) / speed > (now - row.created_at).total_seconds():
                 return
-            payload = staging_payload(event, shift=shift, replay_id=row.replay_id, recording_ref=row.recording_ref)
+            payload = staging_payload(event, shift=shift, replay_id=row.replay_id, recording_ref=recording)
             try:
                 await send_event(self.client, self.settings, event, tenant_id=row.tenant_id, payload=payload)
             except ReplaySendError as exc:

@@ -163,19 +163,30 @@ def record(run_id: Annotated[str, typer.Argument(help="The run to record (waitin
 
 
 @app.command()
-def replay(bundle: Annotated[Path, typer.Option(help="The bundle directory to replay.")],
+def replay(bundle: Annotated[Path | None, typer.Option(help="The bundle directory to replay.")] = None,
+           run_id: Annotated[str | None, typer.Option("--run", help="A waiting or ended run of the target ira: "
+                                                                    "recorded, then replayed.")] = None,
+           observations: Annotated[str, typer.Option(help="recorded: the bundle's tool results (and model calls); "
+                                                          "live: the target's configured connectors (and models).")]
+           = "recorded",
            speed: Annotated[float, typer.Option(help="Compress the recorded gaps this many times; "
                                                      "0 sends everything at once.")] = 0.0,
            url: Annotated[str, typer.Option(help="The running ira to replay into.")] = DEV_URL,
            token: Annotated[str | None, typer.Option(help="Admin API token (default $IRA_TOKEN, "
                                                           "else the dev admin token).")] = None) -> None:
-    """Replay a bundle into the staging environment of a running ira and compare with the original.
+    """Replay a bundle (or a run) into the staging environment of a running ira and compare with the original.
 
     Exit 0: finished and the bundle's expectations (if any) met; 1: not met; 2: could not run.
     """
-    from ira.replay.client import replay_bundle
+    from ira.replay.client import ReplayOptions, replay_bundle, replay_run
 
-    raise typer.Exit(asyncio.run(replay_bundle(bundle, url=url, token=api_token(token), speed=speed, say=say)))
+    if (bundle is None) == (run_id is None) or observations not in ("recorded", "live"):
+        say("ERROR: give exactly one of --bundle DIR and --run RUN_ID; --observations is recorded or live")
+        raise typer.Exit(2)
+    options = ReplayOptions(url=url, token=api_token(token), speed=speed,
+                            observations="live" if observations == "live" else "recorded")
+    started = replay_bundle(bundle, options, say=say) if bundle else replay_run(str(run_id), options, say=say)
+    raise typer.Exit(asyncio.run(started))
 
 
 def main() -> None:

@@ -152,3 +152,46 @@ async def test_a_run_still_running_or_unknown_is_not_recorded(dev: DevProcess, t
     code, lines = await ira("record", "run_doesnotexist", "--out", str(tmp_path / "none"), "--url", dev.base_url)
     assert code == 2 and "404" in lines[-1] and lines[-1].startswith("ERROR: ")
     assert not (tmp_path / "none").exists()
+
+
+def retold(bundle: Path, old: str, new: str, *, expect_evidence: str) -> None:
+    """The bundle's recorded log answers say ``new`` where the run saw ``old``; a team expects ``new``."""
+    path = bundle / "observations.jsonl"
+    path.write_text("".join(line.replace(old, new) if '"logs.search"' in line else line
+                            for line in path.read_text().splitlines(keepends=True)))
+    (bundle / "expectations.json").write_text(json.dumps(
+        {"branches": {"logs": {"evidence_contains": [expect_evidence]}}}))
+
+
+async def test_a_run_replays_in_one_go_and_live_observations_come_from_the_configured_connectors(
+        dev: DevProcess, tmp_path: Path) -> None:
+    run = await production_run(dev, tmp_path / "scenario")
+    url = ("--url", dev.base_url, "--token", "dev-admin-token")
+
+    code, lines = await ira("replay", "--run", run["run_id"], *url)
+
+    assert code == 0, lines
+    assert lines[0].startswith(f"recorded  run {run['run_id']}: 2 events")
+    assert any(line.startswith("progress  events 2/2, run waiting (approval), branches finished 3/3") for line in lines)
+    assert re.match(r"PASS: .* 0 difference\(s\) from the original; no expectations", lines[-1]), lines[-1]
+
+    bundle = tmp_path / "retold"
+    assert (await ira("record", run["run_id"], "--out", str(bundle), *url))[0] == 0
+    retold(bundle, "NullPointerException", "OutOfMemoryError", expect_evidence="OutOfMemoryError")
+
+    code, recorded = await ira("replay", "--bundle", str(bundle), "--observations", "recorded", *url)
+    assert code == 0, recorded
+    assert "(observations recorded)" in recorded[0] and "OutOfMemoryError" in "\n".join(recorded)
+    assert re.match(r"PASS: .* [1-9]\d* difference\(s\) from the original; expectations met", recorded[-1])
+
+    code, live = await ira("replay", "--bundle", str(bundle), "--observations", "live", *url)
+    assert code == 1, live
+    assert "(observations live)" in live[0] and "OutOfMemoryError" not in "\n".join(live[:-3])
+    assert "unmet     logs: no evidence mentions 'OutOfMemoryError'" in live
+    assert re.match(r"FAIL: .* 0 difference\(s\) from the original; 1 expectation\(s\) unmet", live[-1])
+
+
+@pytest.mark.parametrize("args", [(), ("--bundle", "x", "--run", "run_x"), ("--run", "run_x", "--observations", "y")])
+async def test_replay_takes_one_of_a_bundle_or_a_run_and_recorded_or_live(args: tuple[str, ...]) -> None:
+    code, lines = await ira("replay", *args, "--url", "http://127.0.0.1:9")
+    assert code == 2 and lines[-1].startswith("ERROR: give exactly one of --bundle DIR and --run RUN_ID")
