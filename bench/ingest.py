@@ -267,6 +267,7 @@ class Load:
     connections: int
     ops: int | None = None
     rounds: int = 3
+    scenarios: tuple[tuple[str, int, int], ...] = SCENARIOS
 
     @property
     def seconds(self) -> int:
@@ -486,7 +487,7 @@ async def run_pipeline(load: Load, *, compare_alertmanager: bool) -> None:
         for target in targets:
             await run_wrk(target, warmup, per_request=1, dup_percent=0)
         await caught_up(targets[0], within=60)
-        for scenario in SCENARIOS:
+        for scenario in load.scenarios:
             rounds: list[dict[str, dict[str, object]]] = []
             for number in range(1, load.rounds + 1):
                 progress(f"pipeline scenario {scenario[0]}, round {number} of {load.rounds}")
@@ -503,7 +504,7 @@ async def run_pipeline(load: Load, *, compare_alertmanager: bool) -> None:
 async def scenarios(load: Load, ours: tuple[Target, ...], raw: Target, am: Target) -> None:
     """Each scenario in ``load.rounds`` rounds; in a round every target runs back to back, so a
     ratio compares runs that shared the machine's mood (this machine's speed drifts by 20 %)."""
-    for scenario in SCENARIOS:
+    for scenario in load.scenarios:
         targets = (ours[0], raw, *ours[1:], am) if scenario[0] == "single" else (*ours, am)
         rounds: list[dict[str, dict[str, object]]] = []
         for number in range(1, load.rounds + 1):
@@ -530,6 +531,8 @@ def main() -> None:
                         help="the whole ira dev (every role) instead of the gateway alone; CPU of its process tree")
     parser.add_argument("--compare-alertmanager", action="store_true",
                         help="with --pipeline: also Debian's Alertmanager, same load, same rounds; ratio lines")
+    parser.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS),
+                        help="which scenarios, comma-separated (default: all)")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
     args = parser.parse_args()
@@ -537,14 +540,18 @@ def main() -> None:
     # embedded Redis daemonizes and would outlive us otherwise.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds = 1 if args.ops else args.rounds
+    chosen = {name.strip() for name in args.scenarios.split(",")}
+    picked = tuple(s for s in SCENARIOS if s[0] in chosen)
     if args.pipeline:
         asyncio.run(run_pipeline(Load(duration=args.duration, connections=args.connections, ops=args.ops,
-                                      rounds=rounds), compare_alertmanager=args.compare_alertmanager))
+                                      rounds=rounds, scenarios=picked),
+                                 compare_alertmanager=args.compare_alertmanager))
         return
     acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]
     if not acks or set(acks) - {"store", "broker"}:
         raise SystemExit("--ack takes store and/or broker")
-    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops, rounds=rounds),
+    asyncio.run(run(Load(duration=args.duration, connections=args.connections, ops=args.ops, rounds=rounds,
+                         scenarios=picked),
                     acks=acks, untraced=args.untraced))
 
 
