@@ -27,6 +27,7 @@ from ira.agents import execute
 from ira.agents.ledger import SliceLedger, TurnHolds
 from ira.agents.model import BranchTask, Finish, Invalid, ModelCall, Observation, ToolProposal, Turn
 from ira.agents.policies import Policy
+from ira.agents.policies.llm import answered_by
 from ira.agents.redact import Redactor
 from ira.agents.tools import bound_tools
 from ira.agents.turns import insert_turn, load_turns, store_observation
@@ -112,6 +113,7 @@ class BranchLoop:
             state.add(turn)
         stop = _stopped(state, self.limits)
         connectors = await self.connectors.for_binding(task.binding)
+        policy = answered_by(self.policy, connectors.models)
         while stop is None:
             if len(state.turns) >= self.limits.max_turns:
                 stop = StopReason.BUDGET_EXHAUSTED
@@ -120,24 +122,26 @@ class BranchLoop:
                 "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": f"ira.{task.kind.value}",
                 "ira.run_id": claim.run_id, "ira.step_id": claim.step_id, "ira.turn": len(state.turns) + 1}
             with self.tracer.start_as_current_span("agent turn", attributes=attributes) as span:
-                stop = await self._turn(task, claim, ledger=ledger, state=state, connectors=connectors)
+                stop = await self._turn(task, claim, ledger=ledger, state=state, connectors=connectors,
+                                        policy=policy)
                 if stop is not None:
                     span.set_attribute("ira.stop_reason", stop.value)
         return LoopOutcome(stop_reason=stop, turns=state.turns,
                            error="the policy failed" if stop is StopReason.ERROR else None)
 
     async def _turn(
-        self, task: BranchTask, claim: Claim, *, ledger: SliceLedger, state: _State, connectors: ConnectorSet
+        self, task: BranchTask, claim: Claim, *, ledger: SliceLedger, state: _State, connectors: ConnectorSet,
+        policy: Policy,
     ) -> StopReason | None:
         if self.clock.now() >= task.binding.deadline:
             return StopReason.DEADLINE
         number, holds = len(state.turns) + 1, TurnHolds()
-        estimate = self.policy.estimate(task, state.turns)
+        estimate = policy.estimate(task, state.turns)
         wanted = {Dim.STEPS: 1} | ({Dim.MODEL_TOKENS: estimate.tokens, Dim.COST_MICROS: estimate.cost_micros}
                                    if estimate else {})
         if not await self._reserve(ledger, holds, wanted, number=number):
             return StopReason.BUDGET_EXHAUSTED
-        decision, model_call = await self._decide(task, state.turns)
+        decision, model_call = await self._decide(policy, task, state.turns)
         _charge_decision(holds, model_call)
         observation, stop = None, None
         if isinstance(decision, ToolProposal):
@@ -150,12 +154,12 @@ class BranchLoop:
         state.add(await self._commit(claim, turn, ledger=ledger, holds=holds))
         return stop or _stopped(state, self.limits)
 
-    async def _decide(self, task: BranchTask, history: Sequence[Turn]) -> tuple[Finish | ToolProposal | Invalid,
-                                                                                 ModelCall | None]:
+    async def _decide(self, policy: Policy, task: BranchTask,
+                      history: Sequence[Turn]) -> tuple[Finish | ToolProposal | Invalid, ModelCall | None]:
         left = (task.binding.deadline - self.clock.now()).total_seconds()
         try:
             async with asyncio.timeout(max(left, 0.001)):
-                return await self.policy.decide(task, history)
+                return await policy.decide(task, history)
         except TimeoutError:
             return Invalid(error_code="timeout", message="the policy did not answer before the deadline",
                            retryable=True), None

@@ -69,6 +69,10 @@ class ModelCall(Model):
     input_tokens: int
     output_tokens: int
     cost_micros: int = 0
+    fingerprint: str | None = None
+    """The request with what differs in a replay masked (``ira record`` keys model calls by it)."""
+    reply: dict[str, Any] | None = None
+    """The reply as read (redacted): what a replay of this run is answered with."""
 
 
 class Observation(Model):

@@ -1,7 +1,8 @@
 """Persisting and replaying the turns of a branch loop (table ``agent_turns``).
 
 The observation itself is an artifact (content-addressed, redacted); the row keeps its ref
-with the decision, so a resumed loop rebuilds exactly the history the policy saw.
+with the decision, so a resumed loop rebuilds exactly the history the policy saw. A model
+call's provider, request fingerprint and reply ride in the proposal under ``_`` keys.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ async def load_turns(conn: AsyncConnection, claim: Claim) -> list[Turn]:
         if row.model:
             call = ModelCall(provider=row.proposal.get("_provider", ""), model=row.model,
                              prompt_hash=row.prompt_hash or "", input_tokens=row.input_tokens,
-                             output_tokens=row.output_tokens, cost_micros=row.cost_micros)
-        decision = {k: v for k, v in row.proposal.items() if k != "_provider"}
+                             output_tokens=row.output_tokens, cost_micros=row.cost_micros,
+                             fingerprint=row.proposal.get("_fingerprint"), reply=row.proposal.get("_reply"))
+        decision = {k: v for k, v in row.proposal.items() if not k.startswith("_")}
         turns.append(Turn.model_validate({"turn": row.turn, "decision": decision, "model_call": call,
                                           "observation": observation}))
     return turns
@@ -60,7 +62,7 @@ async def insert_turn(
 ) -> None:
     """Write the turn once; a second writer of the same turn lost the step (StaleEpochError)."""
     call = turn.model_call
-    proposal = turn.decision.model_dump(mode="json") | ({"_provider": call.provider} if call else {})
+    proposal = turn.decision.model_dump(mode="json") | (_call_extras(call) if call else {})
     try:
         async with conn.begin_nested():
             await conn.execute(insert(agent_turns).values(
@@ -73,3 +75,12 @@ async def insert_turn(
     except IntegrityError as exc:
         raise StaleEpochError(f"turn {turn.turn} of {claim.run_id}/{claim.step_id} was committed by another owner") \
             from exc
+
+
+def _call_extras(call: ModelCall) -> dict[str, object]:
+    """Kept beside the decision (keys starting with ``_``): the provider, and for ``ira record``
+    the request's fingerprint and the reply."""
+    extras: dict[str, object] = {"_provider": call.provider}
+    if call.fingerprint is not None and call.reply is not None:
+        extras |= {"_fingerprint": call.fingerprint, "_reply": call.reply}
+    return extras

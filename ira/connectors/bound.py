@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ira.core.investigation import BranchBinding
 from ira.core.ports import ChangeSource, LogSource, MetricSource, RunbookSource
+
+if TYPE_CHECKING:
+    from ira.connectors.recorded_models import RecordedModels
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,8 @@ class ConnectorSet:
     logs: LogSource | None = None
     runbooks: RunbookSource | None = None
     changes: ChangeSource | None = None
+    models: RecordedModels | None = None
+    """Recorded model answers (a replay of an LLM investigation); None: a policy asks its provider."""
     origin: str = "live"
     """``live`` or ``recorded:<bundle id>``: written on every observation."""
     anchor: Callable[[datetime], ConnectorSet] | None = None

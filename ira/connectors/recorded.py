@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ira.connectors.bound import ConnectorSet
+from ira.connectors.recorded_models import RecordedModelCall, RecordedModels
 from ira.connectors.runbooks import FileRunbookSource
 from ira.core.errors import ConnectorRejectedError, PlatformError
 from ira.core.model import Model
@@ -42,6 +43,7 @@ from ira.core.signals import (
 )
 
 SYSTEM = "recorded"
+MODEL_CALLS = "model_calls.jsonl"
 _RANGE = re.compile(r"\[[0-9smhdwy]+\]")
 
 
@@ -220,6 +222,7 @@ class RecordingSet(Model):
 
     info: BundleInfo
     observations: tuple[Recording, ...] = ()
+    model_calls: tuple[RecordedModelCall, ...] = ()
     runbooks: dict[str, str] = Field(default_factory=dict)
     """Runbook file name -> content, as the bundle had them."""
 
@@ -233,6 +236,8 @@ def write_recording(recording: RecordingSet, directory: Path) -> Path:
     (partial / "runbooks").mkdir(parents=True)
     (partial / "observations.jsonl").write_text("".join(o.model_dump_json() + "\n" for o in recording.observations),
                                                 encoding="utf-8")
+    (partial / MODEL_CALLS).write_text("".join(c.model_dump_json() + "\n" for c in recording.model_calls),
+                                       encoding="utf-8")
     for name, text in recording.runbooks.items():
         (partial / "runbooks" / Path(name).name).write_text(text, encoding="utf-8")
     (partial / "bundle.json").write_text(recording.info.model_dump_json(), encoding="utf-8")
@@ -240,14 +245,24 @@ def write_recording(recording: RecordingSet, directory: Path) -> Path:
     return directory
 
 
+def read_model_calls(directory: Path) -> tuple[RecordedModelCall, ...]:
+    path = directory / MODEL_CALLS
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return tuple(RecordedModelCall.model_validate_json(line) for line in lines if line.strip())
+
+
 def recorded_connectors(directory: Path) -> ConnectorSet:
-    """The connectors to bind for a bundle: anchored to each branch's window on use."""
+    """The connectors to bind for a bundle: anchored to each branch's window on use. A bundle with
+    model calls also answers an LLM policy (``models``)."""
     info, entries = read_bundle(directory)
     runbooks = FileRunbookSource(directory / "runbooks")
+    calls = read_model_calls(directory)
 
     def anchored(window_end: datetime) -> ConnectorSet:
-        rec = _Recordings(entries, shift=window_end - info.window_end)
+        shift = window_end - info.window_end
+        rec = _Recordings(entries, shift=shift)
         return ConnectorSet(metrics=RecordedMetricSource(rec), logs=RecordedLogSource(rec),
+                            models=RecordedModels(calls, shift=shift) if calls else None,
                             runbooks=RecordedRunbookSource(rec, runbooks),
                             changes=RecordedChangeSource(rec), origin=f"recorded:{info.bundle_id}")
 

@@ -41,7 +41,8 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
                  openapi_extra={**body_limit(MAX_REPLAY_BODY), **requires("admin")})
     async def start_replay(body: ReplayRequest, caller: Principal = Depends(admin)) -> JSONResponse:
         """Replay a bundle into ``staging`` (admin): its events go through the normal ingest path."""
-        recording = RecordingSet(info=body.manifest, observations=body.observations, runbooks=body.runbooks)
+        recording = RecordingSet(info=body.manifest, observations=body.observations, model_calls=body.model_calls,
+                                 runbooks=body.runbooks)
         replay_id, now = new_id("rpl"), clock.now()
         async with db.transaction() as conn:
             if await store.active_count(conn) >= config.max_active:

@@ -15,7 +15,7 @@ from ira.connectors.recorded_tools import runbook_files, tool_recording
 from ira.core.alert import AlertEvent, ChangeEvent
 from ira.core.redact import Redactor
 from ira.core.replay import Outcome
-from ira.infra.bundle.format import CURRENT_VERSION, BundleDocument, Manifest, SourceEvent
+from ira.infra.bundle.format import CURRENT_VERSION, BundleDocument, Manifest, ModelCall, SourceEvent
 from ira.infra.bundle.sourced import alert_source_event, change_source_event
 from ira.readmodel.recording import RecordedBranch, RecordedTurn, RunMaterial
 
@@ -24,6 +24,7 @@ def bundle_of(material: RunMaterial, outcome: Outcome, *, redactor: Redactor) ->
     observations = tuple(_recordings(material.branches))
     document = BundleDocument(
         manifest=_manifest(material), events=_events(material), observations=observations,
+        model_calls=_model_calls(material.branches),
         runbooks=runbook_files([o.result for o in observations if o.port == RUNBOOKS_PORT and o.result]),
         outcome=outcome)
     return BundleDocument.model_validate(redactor.value(document.model_dump(mode="json")))
@@ -81,3 +82,17 @@ def _recording(turn: RecordedTurn) -> Recording | None:
     return tool_recording(str(decision.get("tool")), dict(decision.get("args") or {}),
                           result=None if error else observation["data"], error=error,
                           partial=bool(observation.get("partial")))
+
+
+def _model_calls(branches: tuple[RecordedBranch, ...]) -> tuple[ModelCall, ...]:
+    """Every model call an LLM policy made, by request fingerprint (the first of equal ones), with
+    its reply and usage."""
+    found: dict[str, ModelCall] = {}
+    for branch in branches:
+        for turn in branch.turns:
+            fingerprint, reply = turn.decision.get("_fingerprint"), turn.decision.get("_reply")
+            if isinstance(fingerprint, str) and isinstance(reply, dict) and fingerprint not in found:
+                usage = {k: v for k, v in (reply.get("usage") or {}).items() if isinstance(v, int)}
+                found[fingerprint] = ModelCall(fingerprint=fingerprint, response=reply, usage=usage,
+                                               branch=branch.kind.value)
+    return tuple(found.values())

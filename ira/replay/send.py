@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from ira.core.replay import RECORDING_LABEL, REPLAY_LABEL, STAGING
+from ira.core.timeshift import retime
 from ira.infra.bundle.format import SourceEvent
-from ira.infra.demo.play import retime
 from ira.runtime.settings import Settings
 from ira.runtime.settings.model import SourceSettings
 

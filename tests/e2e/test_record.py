@@ -19,12 +19,14 @@ import httpx
 import pytest
 import yaml
 
+from ira.core.timeshift import retime
 from ira.infra.bundle import load_bundle
-from ira.infra.demo.play import retime
 from tests.e2e.devprocess import DevProcess
 from tests.e2e.test_replay import replay
 from tests.eventually import eventually
+from tests.fakes.llm import FakeLlm, Reply
 from tests.processes import ira_command
+from tests.serving import serve
 
 pytestmark = pytest.mark.slow
 TENANT = "acme-payments"
@@ -36,6 +38,7 @@ CANARIES = {
     "configured": "canary-configured-7f3e9a",
     "tool": "canary-log-password-51c2",
     "runbook": "sk_live_CanaryRunbookKey8d7e6f5a",
+    "model": "sk-proj-CanaryModelReply0123456789",
 }
 """Each shaped like a secret the redactor knows (or configured as one): none may reach a bundle."""
 
@@ -67,13 +70,15 @@ def scenario_bundle(tmp_path: Path) -> Path:
     return planted(tmp_path / "scenarios" / "SCN-bad-deploy", tmp_path / "scenario")
 
 
-async def started(tmp_path: Path, recording: Path) -> DevProcess:
+async def started(tmp_path: Path, recording: Path, **agents: Any) -> DevProcess:
+    """``ira dev`` of tenant ``TENANT`` whose investigators answer from ``recording`` (its configured
+    connectors), with ``agents`` settings on top."""
     (tmp_path / "home").mkdir()
     dev = DevProcess.on(tmp_path / "home")
     config_path = Path(dev.env["IRA_CONFIG"])
     config = yaml.safe_load(config_path.read_text())
     config["tenant"] = TENANT
-    config["agents"].update(recorded_bundle=str(recording), redact=[CANARIES["configured"]])
+    config["agents"].update(recorded_bundle=str(recording), redact=[CANARIES["configured"]], **agents)
     config_path.write_text(yaml.safe_dump(config))
     await dev.start()
     return dev
@@ -195,3 +200,45 @@ async def test_a_run_replays_in_one_go_and_live_observations_come_from_the_confi
 async def test_replay_takes_one_of_a_bundle_or_a_run_and_recorded_or_live(args: tuple[str, ...]) -> None:
     code, lines = await ira("replay", *args, "--url", "http://127.0.0.1:9")
     assert code == 2 and lines[-1].startswith("ERROR: give exactly one of --bundle DIR and --run RUN_ID")
+
+
+def logs_investigation(body: dict[str, Any]) -> Reply:
+    """The model's first move: search the warning and error logs of the branch's whole window."""
+    start, end = re.search(r"time window (\S+) \.\. (\S+) \(UTC\)", json.dumps(body)).groups()  # type: ignore[union-attr]
+    return Reply(tool="logs__search", arguments={"service": "checkout-api", "start": start, "end": end,
+                                                  "min_level": "warning", "text": None, "limit": 200})
+
+
+CONCLUSION = Reply(tool="finish", arguments={"summary": f"debug key {CANARIES['model']} seen", "hypotheses": [
+    {"statement": "the 4.3.0 deploy broke PriceCalculator", "confidence": 0.8, "evidence_refs": ["logs-1-obs"],
+     "unverified": ["rollback not tried"]}]}, input_tokens=700, output_tokens=90)
+
+
+async def test_an_llm_investigation_is_recorded_and_replays_from_its_recorded_model_calls(tmp_path: Path) -> None:
+    fake = FakeLlm([logs_investigation, CONCLUSION])
+    async with serve(fake.openai_app()) as llm:
+        dev = await started(tmp_path, scenario_bundle(tmp_path), logs={"policy": "llm", "provider": "fake"},
+                            llm_providers=[{"name": "fake", "kind": "openai", "model": "gpt-fake",
+                                            "base_url": f"{llm}/v1", "api_key": "sk-test-not-a-secret-0000"}])
+        try:
+            run = await production_run(dev, tmp_path / "scenario")
+            assert len(fake.requests) == 2, json.dumps(fake.requests[1]["messages"][-2:])[:3000]
+            out = tmp_path / "recorded"
+            assert (await ira("record", run["run_id"], "--out", str(out), "--url", dev.base_url))[0] == 0
+
+            bundle = load_bundle(out)
+            assert [c.branch for c in bundle.model_calls] == ["logs", "logs"]
+            assert all(c.fingerprint.startswith("sha256:") and c.usage for c in bundle.model_calls)
+            assert bundle.outcome is not None
+            assert bundle.outcome.branches["logs"].hypotheses == ["the 4.3.0 deploy broke PriceCalculator"]
+            text = "\n".join(p.read_text() for p in sorted(out.rglob("*")) if p.is_file())
+            assert CANARIES["model"] not in text and "debug key [REDACTED] seen" in text
+
+            code, lines = await replay(dev, out)
+
+            assert code == 0, lines
+            assert len(fake.requests) == 2  # every model call answered from the recording
+            assert re.match(r"PASS: .* 0 difference\(s\) from the original", lines[-1]), lines[-1]
+            assert any(re.match(r"branch logs\s+yes\s+done \| done", line) for line in lines)
+        finally:
+            await dev.stop()

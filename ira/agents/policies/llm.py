@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry import trace
@@ -35,10 +35,12 @@ from ira.agents.model import (
     ToolProposal,
     Turn,
 )
-from ira.agents.policies import ModelEstimate
+from ira.agents.policies import ModelEstimate, Policy
 from ira.agents.policies.digest import digest
+from ira.agents.policies.fingerprint import request_fingerprint
 from ira.agents.policies.signals import DISCOVERY
 from ira.agents.tools import bound_tools, strict_schema
+from ira.connectors.recorded_models import RecordedModels
 from ira.core.investigation import BranchBinding, Evidence, Hypothesis
 from ira.core.llm import ChatMessage, ChatReply, ChatRequest, ToolCall, ToolSpec
 from ira.core.model import Model
@@ -81,6 +83,8 @@ class LlmPolicy:
     observation_chars: int = 6000
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("ira.agents"))
     redactor: Redactor = field(default_factory=Redactor)
+    recorded: RecordedModels | None = None
+    """A replay's recorded model answers: asked instead of ``client`` (see ``answered_by``)."""
 
     @property
     def name(self) -> str:
@@ -140,14 +144,16 @@ class LlmPolicy:
     async def decide(self, task: BranchTask, history: Sequence[Turn]) -> tuple[Decision, ModelCall | None]:
         request = self.request(task, history)
         prompt_hash = "sha256:" + hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+        fingerprint = request_fingerprint(self.request, task, history)
         with self.tracer.start_as_current_span(f"chat {request.model}") as span:
             _request_attributes(span, request, provider=self.provider, task=task, prompt_hash=prompt_hash)
-            reply = await self.client.complete(request)
+            reply = self.recorded.reply(fingerprint) if self.recorded else await self.client.complete(request)
             _reply_attributes(span, reply)
         call = ModelCall(provider=reply.provider or self.provider.kind, model=reply.model or request.model,
                          prompt_hash=prompt_hash, input_tokens=reply.usage.input_tokens,
                          output_tokens=reply.usage.output_tokens,
-                         cost_micros=self.cost(reply.usage.input_tokens, reply.usage.output_tokens))
+                         cost_micros=self.cost(reply.usage.input_tokens, reply.usage.output_tokens),
+                         fingerprint=fingerprint, reply=self.redactor.value(reply.model_dump(mode="json")))
         return unsupported(task, history, parse_reply(reply)), call
 
     def conclude(self, task: BranchTask, history: Sequence[Turn]) -> Conclusion:
@@ -165,6 +171,14 @@ class LlmPolicy:
                 hypotheses.append(Hypothesis(statement=draft.statement[:500], confidence=draft.confidence,
                                              evidence_ids=cited, unverified=draft.unverified))
         return Conclusion(evidence=tuple(items.values()), hypotheses=tuple(hypotheses))
+
+
+def answered_by(policy: Policy, models: RecordedModels | None) -> Policy:
+    """The policy a branch uses: an LLM policy answered from a recording when the branch's
+    connectors carry one (a staging replay); any other policy, or no recording, as it is."""
+    if models is None or not isinstance(policy, LlmPolicy):
+        return policy
+    return replace(policy, recorded=models)
 
 
 def redacted(request: ChatRequest, redactor: Redactor) -> ChatRequest:

@@ -15,6 +15,7 @@ from pydantic import Field
 from ira.connectors.recorded import BundleInfo as Manifest
 from ira.connectors.recorded import RecordedError
 from ira.connectors.recorded import Recording as Observation
+from ira.connectors.recorded_models import RecordedModelCall as ModelCall
 from ira.core.model import Model
 from ira.core.replay import BranchExpectation, BranchOutcome, Expectations, Outcome
 
@@ -36,16 +37,6 @@ class SourceEvent(Model):
     path: str
     """Where it was POSTed on ira, e.g. ``/v1/sources/alertmanager/am``."""
     payload: dict[str, Any]
-
-
-class ModelCall(Model):
-    """One line of ``model_calls.jsonl``: an LLM request (by fingerprint) and its response."""
-
-    fingerprint: str
-    """sha256 of the canonical request (messages, tools, model)."""
-    response: dict[str, Any]
-    usage: dict[str, int] = Field(default_factory=dict)
-    branch: str | None = None
 
 
 class BundleDocument(Model):

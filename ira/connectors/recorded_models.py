@@ -1,0 +1,60 @@
+"""Model answers from a recording: an LLM investigation replays deterministically.
+
+``ira record`` keeps each model call of a run as its request *fingerprint* (the request with what
+differs in any replay masked: times, ids, the environment, the replay's labels) and the reply.
+A replay's LLM policy computes the same fingerprint and gets the recorded reply instead of
+asking a provider, with the times in its tool-call arguments moved like the recorded
+observations, so its proposals land inside the replay's window. A request the recording does
+not hold is refused (``not_recorded``), never sent to a provider.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from pydantic import Field
+
+from ira.core.errors import ConnectorRejectedError
+from ira.core.llm import ChatReply
+from ira.core.model import Model
+from ira.core.timeshift import retime
+
+SYSTEM = "recorded"
+
+
+class ModelNotRecordedError(ConnectorRejectedError):
+    code = "not_recorded"
+
+
+class RecordedModelCall(Model):
+    """One line of ``model_calls.jsonl``: an LLM request (by fingerprint) and its response."""
+
+    fingerprint: str
+    """sha256 of the canonical request (model, system prompt, messages, tools; volatile parts masked)."""
+    response: dict[str, Any]
+    """The reply as ira read it (``ChatReply``: text, tool calls with their raw arguments, usage)."""
+    usage: dict[str, int] = Field(default_factory=dict)
+    branch: str | None = None
+
+
+class RecordedModels:
+    def __init__(self, calls: tuple[RecordedModelCall, ...], *, shift: timedelta = timedelta(0)) -> None:
+        self._calls = {c.fingerprint: c for c in calls}
+        self._shift = shift
+
+    def reply(self, fingerprint: str) -> ChatReply:
+        call = self._calls.get(fingerprint)
+        if call is None:
+            raise ModelNotRecordedError(SYSTEM, f"no recorded model call for request {fingerprint}")
+        reply = ChatReply.model_validate(call.response)
+        moved = tuple(c.model_copy(update={"arguments": self._moved(c.arguments)}) for c in reply.tool_calls)
+        return reply.model_copy(update={"tool_calls": moved})
+
+    def _moved(self, arguments: str) -> str:
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return arguments  # malformed as the model wrote it: replayed as malformed
+        return json.dumps(retime(value, self._shift))
