@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,15 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000", "foreign_keys=ON"):
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={sqlite_driver.BUSY_TIMEOUT_MS}",
+                       "foreign_keys=ON"):
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
+        if sqlite_driver.is_in_transaction(conn.connection.dbapi_connection):
+            return  # a write transaction: Database.transaction took the lock already
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
 
@@ -70,7 +73,8 @@ class Database:
             database = make_url(url).database
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
-            options["connect_args"] = {"timeout": 30}
+            # check_same_thread: a write transaction runs inline on the loop's thread (sqlite_driver)
+            options["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             if schema:
@@ -83,8 +87,18 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction: commits when the block ends, rolls back on any error."""
-        async with self._write_lock or nullcontext(), self._writer.begin() as conn:
-            yield conn
+        if self._write_lock is None:
+            async with self._writer.begin() as conn:
+                yield conn
+            return
+        async with self._write_lock, self._writer.connect() as conn:
+            adapted = (await conn.get_raw_connection()).dbapi_connection
+            await sqlite_driver.begin_writing(adapted)  # type: ignore[arg-type]
+            try:
+                async with conn.begin():
+                    yield conn
+            finally:
+                sqlite_driver.end_writing(adapted)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:

@@ -25,6 +25,8 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 from sqlalchemy.util import EMPTY_DICT
 
 DRIVER = "ira_aiosqlite"
+BUSY_TIMEOUT_MS = 10_000
+"""How long a statement waits for another process's lock before "database is locked"."""
 
 
 def _run_statement(conn: sqlite3.Connection, operation: str, parameters: Any, many: bool) -> tuple[Any, ...]:
@@ -71,6 +73,12 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         return self._lastrowid  # type: ignore[return-value]
 
     async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
+        if self._adapt_connection.inline:  # type: ignore[attr-defined]  # always a OneHopConnection
+            description, rows, self._rowcount, self._lastrowid = _run_statement(
+                self._connection._conn, operation, parameters, many)
+            self._description = description
+            self._rows = collections.deque(rows)
+            return
         async with self._adapt_connection._execute_mutex:
             description, rows, self._rowcount, self._lastrowid = await self._connection._execute(
                 _run_statement, self._connection._conn, operation, parameters, many)
@@ -91,8 +99,27 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
 
 
 class OneHopConnection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ()
+    """aiosqlite's adapter, plus an inline mode for the connection that holds the write lock."""
+
+    __slots__ = ("inline",)
     _cursor_cls = OneHopCursor  # type: ignore[assignment]  # a subclass in spirit: same protocol, one hop
+
+    def __init__(self, dbapi: Any, connection: Any) -> None:
+        super().__init__(dbapi, connection)
+        self.inline = False
+        """True while this connection holds SQLite's write lock: statements run on the caller's thread."""
+
+    def commit(self) -> None:
+        if self.inline:
+            self._connection._conn.commit()
+        else:
+            super().commit()
+
+    def rollback(self) -> None:
+        if self.inline:
+            self._connection._conn.rollback()
+        else:
+            super().rollback()
 
 
 class OneHopDbapi(AsyncAdapt_aiosqlite_dbapi):
@@ -109,6 +136,45 @@ class OneHopSQLiteDialect(SQLiteDialect_aiosqlite):
     @classmethod
     def import_dbapi(cls) -> OneHopDbapi:
         return OneHopDbapi(__import__("aiosqlite"), __import__("sqlite3"))
+
+
+def _begin_immediate(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+
+
+async def begin_writing(adapted: OneHopConnection) -> None:
+    """Take SQLite's write lock and switch the connection to inline mode until it ends.
+
+    Once a connection holds the write lock (``BEGIN IMMEDIATE`` in WAL mode) none of its
+    statements can wait on another connection: readers never block the writer, and no
+    commit fsyncs (``synchronous=NORMAL``). So the transaction runs on the event loop's
+    thread, without a trip to aiosqlite's thread per statement (~200 µs each on a loaded
+    2-core machine, most of a small transaction's time). Only taking the lock can wait (another
+    process writing): that is tried without waiting first, and waited for on aiosqlite's
+    thread, with the busy timeout, if another writer holds it.
+    """
+    conn = adapted._connection._conn
+    try:
+        _begin_immediate(conn, 0)
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+        await adapted._connection._execute(_begin_immediate, conn, BUSY_TIMEOUT_MS)
+    adapted.inline = True
+
+
+def end_writing(adapted: OneHopConnection) -> None:
+    """Back to one hop per statement (the transaction is over: committed or rolled back)."""
+    adapted.inline = False
+
+
+def is_in_transaction(dbapi_connection: Any) -> bool:
+    """Whether the SQLite connection under SQLAlchemy's adapter has a transaction open."""
+    return bool(dbapi_connection._connection._conn.in_transaction)
 
 
 def register() -> None:
