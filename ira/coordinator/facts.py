@@ -27,6 +27,7 @@ from ira.runtime.store.schema import runs as runs_table
 
 M = TypeVar("M", bound=Model)
 ALERT_DELIVERED = RunEventType.ALERT_DELIVERED
+INCIDENT_UPDATED = RunEventType.INCIDENT_UPDATED
 
 
 async def lock_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
@@ -63,14 +64,18 @@ async def store_json(
 
 
 async def incident_version(conn: AsyncConnection, run: Run) -> int:
-    """The incident's newest version this run knows: at acceptance, in drafts, or delivered since."""
+    """The incident's newest version this run knows and its approval binds to: at acceptance, in
+    drafts, or delivered since; of coalesced updates only those that changed the draft's substance
+    (another alert of a known name leaves the approval standing)."""
     known = [int(run.bindings.get("incident_version", 0))]
     draft = await records.current_draft(conn, run.tenant_id, run.run_id)
     if draft is not None:
         known.append(draft.incident_version)
-    rows = await conn.execute(select(events.c.data).where(
-        events.c.tenant_id == run.tenant_id, events.c.run_id == run.run_id, events.c.type == ALERT_DELIVERED))
-    known += [int(r.data.get("incident_version", 0)) for r in rows]
+    rows = await conn.execute(select(events.c.type, events.c.data).where(
+        events.c.tenant_id == run.tenant_id, events.c.run_id == run.run_id,
+        events.c.type.in_((ALERT_DELIVERED, INCIDENT_UPDATED))))
+    known += [int(r.data.get("incident_version", 0)) for r in rows
+              if r.type == ALERT_DELIVERED or r.data.get("substantive")]
     return max(known)
 
 

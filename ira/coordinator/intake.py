@@ -1,4 +1,5 @@
-"""Decisions in (``ira.incidents.v1``): C1 for ``create_run``, an input event for ``deliver``.
+"""Decisions in (``ira.incidents.v1``): C1 for ``create_run``; a ``deliver`` of an older triage
+is handed to :mod:`ira.coordinator.updates` as a one-alert update.
 
 Runs inside the consumer's transaction, together with the inbox row, so a decision is
 applied exactly once however often Kafka delivers it; ``create_run`` is also idempotent on
@@ -10,23 +11,20 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.coordinator import gate
+from ira.coordinator import updates
 from ira.coordinator.config import WorkflowConfig
-from ira.coordinator.facts import ALERT_DELIVERED, incident_version, lock_run
+from ira.coordinator.messages import parse_message
 from ira.coordinator.workflow import plan_run
 from ira.core.alert import DecisionKind
 from ira.core.commit import EventDraft, RunCommit
 from ira.core.decision import DECISION_MESSAGE, IncidentDecision
 from ira.core.envelope import Envelope
-from ira.core.errors import InvalidMessageError
 from ira.core.events import RunEventType
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState
-from ira.runtime import runtrace
 from ira.runtime.runtrace import current_traceparent
 from ira.runtime.store import budget, runs, timers
 from ira.runtime.store.rows import run_from_row
@@ -37,16 +35,8 @@ log = logging.getLogger(__name__)
 
 def parse_decision(envelope: Envelope) -> IncidentDecision:
     """The envelope's decision, or InvalidMessageError (poison: it goes to the DLQ)."""
-    if envelope.type != DECISION_MESSAGE:
-        raise InvalidMessageError(f"unexpected message type {envelope.type!r} on the incidents topic")
-    try:
-        decision = IncidentDecision.model_validate(envelope.payload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InvalidMessageError(f"decision {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
-    if decision.tenant_id != envelope.tenant_id:
-        raise InvalidMessageError("decision tenant differs from the envelope's")
-    return decision
+    return parse_message(envelope, IncidentDecision, message_type=DECISION_MESSAGE, what="decision",
+                         topic="incidents")
 
 
 async def apply_decision(
@@ -55,8 +45,13 @@ async def apply_decision(
     """Apply one decision; returns the run it created or delivered to (None if nothing)."""
     if decision.decision == DecisionKind.CREATE_RUN:
         return await accept(conn, decision, config=config, at=at)
-    if decision.decision == DecisionKind.DELIVER:
-        return await deliver(conn, decision, config=config, at=at)
+    if decision.decision == DecisionKind.DELIVER:  # an older triage's one-alert follow-up
+        run = await open_run_for(conn, decision.tenant_id, decision.incident_id)
+        if run is None:
+            log.info("deliver %s: incident %s has no open run", decision.evaluation_id, decision.incident_id)
+            return None
+        update = updates.from_decision(decision, run_id=run.run_id)
+        return await updates.apply_update(conn, update, config=config, at=at)
     return None
 
 
@@ -80,39 +75,6 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         events=(EventDraft(type=RunEventType.RUN_STARTED,
             data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)}),)), at=at)
-
-
-async def deliver(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig,
-                  at: datetime) -> Run | None:
-    """A new alert state for an incident with an open run: an ordered input event on its log.
-
-    If the run waits for approval and the incident moved on, the draft is revised and the
-    old approval invalidated: it was given for an incident version that no longer holds.
-    """
-    run = await open_run_for(conn, decision.tenant_id, decision.incident_id)
-    if run is None:
-        log.info("deliver %s: incident %s has no open run", decision.evaluation_id, decision.incident_id)
-        return None
-    # the follow-up keeps its own trace (its request's); the run's trace gets a span linked to it
-    with runtrace.run_span("incident update", run.traceparent, attributes={
-            "ira.run_id": run.run_id, "ira.incident_id": decision.incident_id,
-            "ira.incident_version": decision.incident_version, "ira.alert.status": decision.alert.status.value}):
-        return await _deliver(conn, run, decision, config=config, at=at)
-
-
-async def _deliver(conn: AsyncConnection, run: Run, decision: IncidentDecision, *, config: WorkflowConfig,
-                   at: datetime) -> Run:
-    known = await incident_version(conn, run)
-    await runs.append_events(conn, run.tenant_id, run.run_id, [EventDraft(type=ALERT_DELIVERED, data={
-        "evaluation_id": decision.evaluation_id, "event_id": decision.alert.event_id,
-        "status": decision.alert.status.value, "incident_version": decision.incident_version,
-        "reason": decision.reason})], at=at)
-    run = await lock_run(conn, run.tenant_id, run.run_id)
-    if decision.incident_version > known:
-        note = f"{decision.alert.name} is {decision.alert.status.value} ({decision.reason})"
-        await gate.revise(conn, run, reason="resource_changed", config=config, at=at,
-                          new_version=decision.incident_version, note=note)
-    return run
 
 
 async def open_run_for(conn: AsyncConnection, tenant_id: str, incident_id: str) -> Run | None:

@@ -1,6 +1,7 @@
-"""The coordinator's loops: decisions in (inbox mode), coordinator steps and timers.
+"""The coordinator's loops: run requests and incident updates in (inbox mode), coordinator steps and timers.
 
-Decisions are applied in the consumer's transaction (exactly once via the inbox). Step
+Run requests and incident updates are applied in their consumer's transaction (exactly once via
+the inbox). Step
 wake-ups are hints: each starts a claim attempt in its own task (bounded), so a slow step
 never holds a partition; a wake-up lost with this process is re-sent by the scanner.
 """
@@ -18,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator.deps import Deps
 from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
+from ira.coordinator.updates import apply_update, parse_update
 from ira.coordinator.workflow import COORDINATOR_KINDS
-from ira.core.decision import DECISIONS_INBOX, UPDATES_INBOX
+from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, UPDATES_INBOX
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
@@ -61,7 +63,7 @@ class CoordinatorWorker:
             on_lag=_named(DECISIONS_CONSUMER, on_lag), on_parked=_named(DECISIONS_CONSUMER, on_parked))
         self.updates = ConsumerRunner(  # follow-ups: their own topic and group, never ahead of a new run request
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-updates{group_suffix}",
-            topics=[topic_name(Topic.INCIDENT_UPDATES, env)], name=UPDATES_CONSUMER, handler=self._on_decision,
+            topics=[topic_name(Topic.INCIDENT_UPDATES, env)], name=UPDATES_CONSUMER, handler=self._on_update,
             producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
             on_lag=_named(UPDATES_CONSUMER, on_lag), on_parked=_named(UPDATES_CONSUMER, on_parked))
         self.steps = ConsumerRunner(
@@ -74,6 +76,12 @@ class CoordinatorWorker:
 
     async def _on_decision(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
         await apply_decision(conn, parse_decision(envelope), config=self.deps.config, at=self.deps.clock.now())
+
+    async def _on_update(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
+        if envelope.type == DECISION_MESSAGE:  # an older triage's one-alert deliver decision
+            await self._on_decision(conn, envelope, meta)
+            return
+        await apply_update(conn, parse_update(envelope), config=self.deps.config, at=self.deps.clock.now())
 
     async def _on_step(self, envelope: Envelope, meta: RecordMeta) -> None:
         if envelope.type == TIMER_FIRED:

@@ -22,6 +22,10 @@ class Severity(StrEnum):
     INFO = "info"
 
 
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
+"""Severities in order: a higher rank is more severe."""
+
+
 class SourceKind(StrEnum):
     ALERTMANAGER = "alertmanager"
     GRAFANA = "grafana"

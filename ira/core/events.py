@@ -21,7 +21,8 @@ class RunEventType(StrEnum):
     RUN_FAILED = "RUN_FAILED"
     RUN_CANCELLED = "RUN_CANCELLED"
     DECISION_REFUSED = "DECISION_REFUSED"  #: a create_run decision for an incident that already has a run
-    ALERT_DELIVERED = "ALERT_DELIVERED"  #: an incident update folded into the waiting run
+    ALERT_DELIVERED = "ALERT_DELIVERED"  #: one follow-up alert delivered to the run (before coalesced updates)
+    INCIDENT_UPDATED = "INCIDENT_UPDATED"  #: a coalesced incident update (follow-ups folded by triage)
     # steps and branches
     STEP_READY = "STEP_READY"
     STEP_FAILED = "STEP_FAILED"

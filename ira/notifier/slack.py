@@ -7,9 +7,11 @@ dashboard's health page lists them). A retry first looks for the earlier post by
 notification id in the message metadata, so an answer lost after Slack applied the post
 never becomes a second message.
 
-A run has one thread: its first approval message is the root; a revised draft is posted as
-a reply (and the superseded message is updated), and so are ticket, completion and
-needs-a-person notices.
+A run has one thread: its first approval message is the root. A revised draft edits that
+message (``chat.update``: the new draft and its buttons replace the old ones, whose clicks the
+gate refuses as stale) instead of posting another, so a run whose incident keeps changing is
+still one message; ticket, completion and needs-a-person notices are replies in its thread.
+An edit is idempotent, so a retry after a lost answer needs no search.
 """
 
 from __future__ import annotations
@@ -80,14 +82,14 @@ class SlackChannel:
         return ref
 
     async def _approval(self, n: Notification, roots: Sequence[Posted], *, retry: bool) -> ChatRef:
-        thread = roots[0].ref if roots else None
         msg, status = await self._view(n)
         rendered = render.approval_message(msg, status, now=self._clock.now())
-        ref = await self._post_once(n, rendered, thread=thread, retry=retry)
-        if thread is None:
-            await self._best_effort(self._report(n, msg, ref))
-        else:  # a revision: the older draft's buttons are dead; its message says so
-            await self._best_effort(self._render(roots[-1]))
+        if roots:  # a revised draft: the run's approval message shows it (and its buttons) instead
+            ref = roots[-1].ref
+            await self._poster.update(ref, text=rendered.text, blocks=rendered.blocks)
+            return ref
+        ref = await self._post_once(n, rendered, thread=None, retry=retry)
+        await self._best_effort(self._report(n, msg, ref))
         return ref
 
     async def _view(self, n: Notification) -> tuple[ApprovalMessage, ApprovalStatus | None]:

@@ -64,6 +64,16 @@ def _started(d: Mapping[str, Any]) -> str:
     return f"Investigation started: {listed} branch{'es' if len(names) > 1 else ''}."
 
 
+def _updated(d: Mapping[str, Any]) -> str:
+    """One coalesced incident update: what changed, and whether the draft had to follow."""
+    parts = [f"{d.get('events', 0)} alert event(s)"]
+    parts += [f"{d[k]} {k}" for k in ("joined", "resolved", "refired") if d.get(k)]
+    tail = "; all alerts resolved" if d.get("all_resolved") else ""
+    tail += "; the draft's substance changed" if d.get("substantive") else ""
+    return (f"Incident update {_get(d, 'seq')} ({_get(d, 'trigger')}): {', '.join(parts)}; "
+            f"severity {_get(d, 'severity')}, incident version {_get(d, 'incident_version')}{tail}.")
+
+
 _Sentence = Callable[[Mapping[str, Any]], str]
 
 SENTENCES: dict[E, _Sentence] = {
@@ -77,6 +87,7 @@ SENTENCES: dict[E, _Sentence] = {
     E.DECISION_REFUSED: lambda d: f"A second run request was refused: {_get(d, 'reason')}.",
     E.ALERT_DELIVERED: lambda d: f"An alert of the incident is {_get(d, 'status')} ({_get(d, 'reason')}; "
                                  f"incident version {_get(d, 'incident_version')}).",
+    E.INCIDENT_UPDATED: lambda d: _updated(d),
     E.STEP_READY: lambda d: f"Step {_get(d, 'step_id')} is ready.",
     E.STEP_FAILED: lambda d: f"Step {_get(d, 'step_id')} failed: {_get(d, 'error')}.",
     E.AGENT_TURN: lambda d: _turn(d),

@@ -7,10 +7,16 @@ batch sees the incident, the alert states and the source identities as this batc
 (:meth:`Pending.view`), and the writes go out in a few statements when the batch ends
 (:meth:`Pending.flush`, from the handler's ``finish`` batch hook). If the flush loses a race
 the whole transaction rolls back and the consumer retries the events one by one.
+
+The subscriptions of the batch's active runs (:mod:`ira.triage.coalesce`) are read once too
+(:meth:`Pending.remember_subscriptions`), folded into event by event, and written at the
+flush, which also sends every fold that is due by then (the update and the cleared fold in
+this transaction).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +27,8 @@ from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.model import Model
 from ira.runtime.store.outbox import enqueue
-from ira.triage import store
+from ira.triage import store, subscription_store
+from ira.triage.coalesce import Subscription, is_due, sent
 from ira.triage.decide import AlertState, NoiseVerdict
 from ira.triage.incident import closed
 from ira.triage.store import IncidentRecord, Lookup
@@ -30,6 +37,7 @@ GroupRef = tuple[str, str]
 """(tenant_id, group_key)"""
 IncidentRef = tuple[str, str]
 """(tenant_id, incident_id)"""
+RunRef = subscription_store.RunRef
 
 
 class View(Model):
@@ -67,6 +75,11 @@ class Pending:
         self._noise: dict[GroupRef, NoiseVerdict | None] = {}
         self._reads: dict[tuple[str, str], tuple[AlertEvent, str, Lookup]] = {}
         """What :meth:`read` was given, by (tenant_id, event_id): the alert, its group key, the database's answer."""
+        self._subs: dict[RunRef, Subscription | None] = {}
+        """Each known run's subscription as this batch left it (None: the database holds none)."""
+        self._sub_versions: dict[RunRef, int] = {}
+        """The version read per stored subscription: the compare-and-set's expectation."""
+        self._subs_changed: set[RunRef] = set()
 
     def read(self, alert: AlertEvent, group_key: str, lookup: Lookup) -> None:
         """Keep what the database said about ``alert`` before this batch changed anything."""
@@ -105,6 +118,24 @@ class Pending:
 
     def remember_noise(self, group: GroupRef, verdict: NoiseVerdict | None) -> None:
         self._noise[group] = verdict
+
+    def remember_subscriptions(self, refs: set[RunRef], found: Mapping[RunRef, Subscription]) -> None:
+        """What the database holds for ``refs`` (read once for the batch, or once for an event)."""
+        for ref in refs:
+            sub = found.get(ref)
+            self._subs[ref] = sub
+            if sub is not None:
+                self._sub_versions[ref] = sub.version
+
+    def subscription(self, ref: RunRef) -> tuple[bool, Subscription | None]:
+        """The run's subscription if this batch knows it: ``(known, subscription)``."""
+        return ref in self._subs, self._subs.get(ref)
+
+    def subscribed(self, sub: Subscription) -> None:
+        """Keep ``sub`` as changed by this batch (written at the flush)."""
+        ref = (sub.tenant_id, sub.run_id)
+        self._subs[ref] = sub
+        self._subs_changed.add(ref)
 
     def view(self, alert: AlertEvent, group_key: str, lookup: Lookup) -> View:
         group = (alert.tenant_id, group_key)
@@ -160,16 +191,31 @@ class Pending:
         self._evaluation_rows.append(evaluation.model_dump())
         self._last_at = evaluation.at
 
-    async def flush(self, conn: AsyncConnection) -> None:
+    async def flush(self, conn: AsyncConnection, *, send: Callable[[Subscription, datetime], OutboxMessage]) -> None:
         """Write the batch: incidents first (so a lost race surfaces before anything else), then the rest.
 
         Changes before inserts: an incident this batch closed must be closed before the group's
-        next one can be the open one.
+        next one can be the open one. ``send`` makes the message of a subscription's due update.
         """
         await store.update_incidents(conn, [(self._records[ref], self._read_versions[ref])  # a fixed order keeps
                                             for ref in sorted(self._read_versions)])  # two workers from deadlocking
         await store.insert_incidents(conn, [self._records[ref] for ref in sorted(self._new)])
         await store.insert_alerts(conn, self._alert_rows)
         await store.insert_evaluations(conn, self._evaluation_rows)
+        if self._last_at is not None:
+            await subscription_store.write(conn, self._subscriptions(send, now=self._last_at))
         if self._outbox and self._last_at is not None:
             await enqueue(conn, self._outbox, at=self._last_at)
+
+    def _subscriptions(self, send: Callable[[Subscription, datetime], OutboxMessage], *,
+                       now: datetime) -> list[tuple[Subscription, int]]:
+        """The changed subscriptions to write, each due fold sent (its message joins the outbox)."""
+        written = []
+        for ref in sorted(self._subs_changed):
+            sub = self._subs[ref]
+            assert sub is not None
+            if is_due(sub, now):
+                self._outbox.append(send(sub, now))
+                sub = sent(sub, now=now)
+            written.append((sub, self._sub_versions.get(ref, 0)))
+        return written

@@ -7,8 +7,9 @@ The rules, in precedence order (the first that applies wins)::
       last state of this alert
     resolved, alert not firing    -> ignore / resolved_without_incident
       in any open incident
-    a run is active and the group -> ignore / flapping       (basis: run_id, the noise verdict; the
-      is flapping                    incident still records the state, the run is not re-drafted)
+    a run is active and the group -> ignore / flapping       (basis: run_id, the noise verdict or the
+      is flapping                    follow-ups' flips counted in SQL; the incident still records
+                                     the state, the run is not told)
     a run is active for the       -> deliver / run_subscribed (basis: run_id)
       incident (its subscription)
     resolved, no active run       -> ignore / resolved_without_run
@@ -32,11 +33,9 @@ from typing import Literal
 
 from pydantic import AwareDatetime, Field
 
-from ira.core.alert import AlertStatus, DecisionKind, Severity
+from ira.core.alert import SEVERITY_RANK, AlertStatus, DecisionKind, Severity
 from ira.core.model import Model
 from ira.core.states import IncidentStatus
-
-SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
 
 
 class Reason(StrEnum):
@@ -96,9 +95,21 @@ class NoiseVerdict(Model):
     window_seconds: float
 
 
+class FollowUpFlips(Model):
+    """The firing<->resolved flips of an active run's follow-ups in the current window, this
+    event included: counted in SQL (``incident_updates``), so flapping is decided for follow-ups
+    even when the advisory noise state is off or behind."""
+
+    transitions: int
+    since: AwareDatetime
+    window_seconds: float
+
+
 class Policy(Model):
     threshold: Severity = Severity.WARNING
     cooldown: timedelta = timedelta(minutes=30)
+    flapping_transitions: int = 6
+    """Follow-up flips within the window that make the group flapping (``triage.noise.flapping_transitions``)."""
 
 
 class Case(Model):
@@ -113,6 +124,8 @@ class Case(Model):
     """When the group key last asked for a run (the cooldown's anchor), from SQL."""
     silence_id: str | None = None
     noise: NoiseVerdict | None = None
+    flips: FollowUpFlips | None = None
+    """Set for a follow-up to an active run."""
 
 
 class Decision(Model):
@@ -151,13 +164,18 @@ def _resolved_unknown(case: Case, policy: Policy) -> Decision | None:
 
 
 def _flapping_follow_up(case: Case, policy: Policy) -> Decision | None:
-    """A flapping group's follow-ups are not delivered: each flip would revise the draft and ask
-    for approval again (one run, one draft, flapping decisions). A storm's are: they are news."""
-    noise = case.noise
-    if case.incident is None or case.incident.active_run_id is None or noise is None or noise.kind != "flapping" \
-            or noise.until <= case.now:
+    """A flapping group's follow-ups are not delivered: each flip would tell the run again what it
+    already knows (one run, one draft, flapping decisions). A storm's are: they are news (folded).
+    Either signal decides: the flips counted in SQL, or the advisory windowed noise verdict."""
+    if case.incident is None or case.incident.active_run_id is None:
         return None
-    return _ignore(Reason.FLAPPING, run_id=case.incident.active_run_id, noise=noise.model_dump(mode="json"))
+    run_id, flips, noise = case.incident.active_run_id, case.flips, case.noise
+    if noise is not None and noise.kind == "flapping" and noise.until > case.now:
+        return _ignore(Reason.FLAPPING, run_id=run_id, noise=noise.model_dump(mode="json"))
+    if flips is not None and flips.transitions >= policy.flapping_transitions:
+        return _ignore(Reason.FLAPPING, run_id=run_id, flips=flips.model_dump(mode="json"),
+                       flapping_transitions=policy.flapping_transitions)
+    return None
 
 
 def _deliver(case: Case, policy: Policy) -> Decision | None:

@@ -2,7 +2,8 @@
 
 ``run`` consumes ``ira.alerts.v1`` (consumer ``triage``, group ``ira-triage``, inbox mode,
 ``triage.batch_size`` events per transaction), closes incidents whose quiet period passed,
-and — with ``triage.noise.enabled`` — supervises the faust noise worker child process.
+sends the incident updates that became due (:mod:`ira.triage.sweep`), and — with
+``triage.noise.enabled`` — supervises the faust noise worker child process.
 Its incidents are read through ``ira.readmodel`` (served by the dashboard role).
 """
 
@@ -16,6 +17,7 @@ from ira.core.alert import ALERTS_INBOX
 from ira.core.envelope import PRODUCTION, Topic, topic_name
 from ira.runtime.wiring import build_consumer
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
+from ira.triage.sweep import sweep_updates
 from ira.triage.worker import TriageHandler, close_quiet_incidents
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ class TriageRole:
             tasks.create_task(runner.run(stop), name="triage-consumer")
             tasks.create_task(close_quiet_incidents(platform.db, platform.clock, settings=settings.triage,
                                                     stop=stop), name="triage-close")
+            tasks.create_task(sweep_updates(platform.db, platform.clock, interval=settings.triage.update_interval,
+                                            environment=settings.environment, stop=stop), name="triage-updates")
             if settings.triage.noise.enabled:
                 noise = build_noise_process(platform, redis_url=_redis_url(platform))
                 tasks.create_task(noise.run(stop), name="triage-noise")

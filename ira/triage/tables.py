@@ -8,13 +8,31 @@
   the rows whose ``closed_at`` is NULL. ``version`` moves whenever the incident's alerts change.
 * ``changes``: deploys and config changes (ChangeEvent) for the investigators' ``deployments``
   connector; unique on the source identity too.
+* ``incident_updates`` (migration ``0003_triage_updates``): one row per run that follow-ups were
+  delivered to, its *subscription*: the changes folded since its last update (``changes``,
+  NULL when nothing waits), when they must go out (``due_at``), how many updates went out
+  (``seq``), what the run was last told (``sent_severity``, ``sent_resolved``) and the
+  follow-ups' firing<->resolved flips in the current flapping window. ``version`` is its
+  compare-and-set: the consumer that folds and the sweeper that sends due updates race on it.
 
 Evaluations go to the runtime's ``decisions`` table (``ira.runtime.store.schema.decisions``).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Index, Integer, PrimaryKeyConstraint, String, Table, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 
 from ira.core import limits
 from ira.runtime.store.schema import UtcDateTime, metadata
@@ -87,4 +105,23 @@ changes = Table(
     PrimaryKeyConstraint("tenant_id", "event_id"),
     UniqueConstraint("tenant_id", "source_id", "source_event_id"),
     Index(None, "tenant_id", "service", "environment", "at"),
+)
+
+incident_updates = Table(
+    "incident_updates", metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("incident_id", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("changes", JSON),
+    Column("due_at", UtcDateTime()),
+    Column("sent_at", UtcDateTime()),
+    Column("sent_severity", String(16), nullable=False),
+    Column("sent_resolved", Boolean, nullable=False),
+    Column("flips", Integer, nullable=False),
+    Column("flips_since", UtcDateTime()),
+    Column("updated_at", UtcDateTime(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id"),
+    Index("ix_incident_updates_due_at", "due_at"),
 )

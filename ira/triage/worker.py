@@ -5,12 +5,14 @@ inbox rows, the event-id dedupe). :meth:`TriageHandler.start` (the consumer's ba
 for all of the batch's alerts in one statement, the group's open incident and the alert's
 source identity (:func:`ira.triage.store.look_up`; a known identity is ``ignore/duplicate``,
 the second dedupe). Then, for each ``alert.received`` envelope: decide (:mod:`ira.triage.decide`),
-open or change the incident, and keep the alert row, the evaluation and — for ``create_run``
-and ``deliver`` only — the outbox row of an ``incident.decision``: ``create_run`` on
-``ira.incidents.v1``, ``deliver`` on ``ira.incident-updates.v1`` (so a new incident's run
-request never waits behind a storm of follow-ups), keyed ``tenant:incident_id`` so a run's
-subscription receives its incident's updates in order. Those writes go to the database when the transaction's batch ends
-(:meth:`TriageHandler.finish`, the other batch hook), in a few statements for the whole batch.
+open or change the incident, and keep the alert row and the evaluation. A ``create_run`` also
+keeps the outbox row of its ``incident.decision`` on ``ira.incidents.v1``. A ``deliver`` (a
+follow-up to an active run) is folded into the run's subscription (:mod:`ira.triage.coalesce`)
+instead of being sent on its own; the fold goes out as one ``incident.update`` on
+``ira.incident-updates.v1`` when due, so a storm of follow-ups is a handful of updates and a new
+incident's run request never waits behind them. Both are keyed ``tenant:incident_id``. Those
+writes go to the database when the transaction's batch ends (:meth:`TriageHandler.finish`, the
+other batch hook), in a few statements for the whole batch.
 ``change.recorded`` envelopes are stored for the investigators. Anything else is poison (DLQ).
 """
 
@@ -30,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.alert import ALERT_MESSAGE, CHANGE_MESSAGE, AlertEvent, ChangeEvent, DecisionKind, Evaluation
 from ira.core.clock import Clock
 from ira.core.commit import OutboxMessage
-from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, UPDATES_INBOX, IncidentDecision
-from ira.core.envelope import Envelope, Topic, topic_name
+from ira.core.decision import DECISION_MESSAGE, ROUTES, IncidentDecision
+from ira.core.envelope import Envelope, topic_name
 from ira.core.errors import InvalidMessageError, TransientError
 from ira.core.ids import new_id
 from ira.core.model import Model
@@ -39,8 +41,9 @@ from ira.runtime.bus.record import RecordMeta
 from ira.runtime.pause import pause
 from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store.database import Database
-from ira.triage import store
+from ira.triage import store, subscription_store
 from ira.triage.batch import Pending, View
+from ira.triage.coalesce import Subscription, update_message
 from ira.triage.decide import (
     Case,
     Decision,
@@ -53,6 +56,7 @@ from ira.triage.decide import (
     incident_effect,
     needs_noise,
 )
+from ira.triage.follow_up import FollowUps, follow_up_of
 from ira.triage.grouping import group_key, group_labels
 from ira.triage.incident import alert_state, changed, is_quiet_over, opened
 from ira.triage.noise import NoiseState
@@ -85,9 +89,10 @@ class TriageHandler:
 
     def __init__(self, *, settings: TriageSettings, environment: str, clock: Clock, noise: NoiseState) -> None:
         self._settings, self._clock, self._noise = settings, clock, noise
-        self._policy = Policy(threshold=settings.severity_threshold, cooldown=settings.cooldown)
-        self._topic = topic_name(Topic.INCIDENTS, environment)
-        self._updates_topic = topic_name(Topic.INCIDENT_UPDATES, environment)
+        self._policy = Policy(threshold=settings.severity_threshold, cooldown=settings.cooldown,
+                              flapping_transitions=settings.noise.flapping_transitions)
+        self._environment = environment
+        self._follow_ups = FollowUps(settings)
         self._batches: WeakKeyDictionary[AsyncConnection, Pending] = WeakKeyDictionary()
 
     async def __call__(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
@@ -122,13 +127,20 @@ class TriageHandler:
         groups = [(alert.tenant_id, key) for alert, key in alerts]
         for group, verdict in (await self._noise.verdicts(groups)).items():  # one Redis read, not one per group
             pending.remember_noise(group, verdict)
+        runs = {(alert.tenant_id, lookup.active_run_id) for (alert, _), lookup in zip(alerts, lookups, strict=True)
+                if lookup.active_run_id}
+        with store.conflicts_as_retries():
+            pending.remember_subscriptions(runs, await subscription_store.read(conn, sorted(runs)))
 
     async def finish(self, conn: AsyncConnection) -> None:
         """Write what this transaction decided (the consumer calls it before committing)."""
         pending = self._batches.pop(conn, None)
         if pending is not None:
             with store.conflicts_as_retries():
-                await pending.flush(conn)
+                await pending.flush(conn, send=self._send)
+
+    def _send(self, sub: Subscription, at: datetime) -> OutboxMessage:
+        return update_message(sub, at, environment=self._environment)
 
     async def triage(self, conn: AsyncConnection, alert: AlertEvent, *, traceparent: str | None = None) -> Evaluation:
         """Decide about ``alert``; its writes wait in the transaction's pending batch until :meth:`finish`."""
@@ -136,13 +148,19 @@ class TriageHandler:
         grouped = await self._group(conn, pending, alert)
         if grouped.view.first_event_id is not None:
             return self._duplicate(pending, grouped)
-        case = await self._case(pending, grouped)
+        sub = await self._follow_ups.subscription(conn, pending, alert, grouped.view, now=grouped.now)
+        case = await self._case(pending, grouped, sub)
         decision = decide(case, self._policy)
         evaluation_id = new_id("evl")
         record = self._apply(pending, grouped, case=case, decision=decision, evaluation_id=evaluation_id)
-        evaluation = _evaluation(grouped, decision, record, evaluation_id=evaluation_id)
+        folded = None
+        if record is not None:
+            folded = self._follow_ups.record(pending, sub, follow_up_of(
+                alert, grouped.view, record, evaluation_id=evaluation_id, now=grouped.now, traceparent=traceparent),
+                flips=case.flips, decision=decision)
+        evaluation = _evaluation(grouped, decision, record, evaluation_id=evaluation_id, update=folded)
         message = None
-        if decision.decision != DecisionKind.IGNORE and record is not None:
+        if decision.decision == DecisionKind.CREATE_RUN and record is not None:
             message = self._message(grouped, evaluation, record, traceparent=traceparent)
         counted = incident_effect(case, decision) in (Effect.OPEN, Effect.JOIN)
         pending.event(alert, store.alert_row(alert, group_key=grouped.group_key,
@@ -167,7 +185,7 @@ class TriageHandler:
         """The labels ``alert`` is grouped by (its tenant's ``group_by``)."""
         return group_labels(alert, self._settings.group_by_for(alert.tenant_id))
 
-    async def _case(self, pending: Pending, grouped: Grouped) -> Case:
+    async def _case(self, pending: Pending, grouped: Grouped, sub: Subscription | None) -> Case:
         alert, view = grouped.alert, grouped.view
         silence = find_silence(self._settings.silences, alert, grouped.now)
         incident = None
@@ -176,7 +194,8 @@ class TriageHandler:
                                      firing_count=view.incident.firing_count, alert=view.alert,
                                      active_run_id=view.active_run_id)
         case = Case(status=alert.status, severity=alert.severity, state_at=store.state_at(alert), now=grouped.now,
-                    incident=incident, last_run_at=view.last_run_at, silence_id=silence.id if silence else None)
+                    incident=incident, last_run_at=view.last_run_at, silence_id=silence.id if silence else None,
+                    flips=self._follow_ups.flips(sub, alert, view, now=grouped.now) if sub is not None else None)
         if needs_noise(case):
             case = case.model_copy(update={"noise": await self._verdict(pending, alert.tenant_id, grouped.group_key)})
         return case
@@ -231,11 +250,9 @@ class TriageHandler:
             alert=alert, opened_at=record.opened_at, reason=evaluation.reason, basis=evaluation.basis)
         envelope = Envelope(message_id=evaluation.evaluation_id, type=DECISION_MESSAGE, tenant_id=alert.tenant_id,
                             occurred_at=grouped.now, traceparent=traceparent, payload=payload.model_dump(mode="json"))
-        # a new incident's run request never waits behind a storm of follow-ups: they go to their own topic
-        # (same key, so an incident's updates stay in order; a deliver exists only once its run does)
-        topic = self._updates_topic if evaluation.decision == DecisionKind.DELIVER else self._topic
-        return OutboxMessage(topic=topic, key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope,
-                             awaits=UPDATES_INBOX if topic == self._updates_topic else DECISIONS_INBOX)
+        route = ROUTES[evaluation.decision]
+        return OutboxMessage(topic=topic_name(route.topic, self._environment),
+                             key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope, awaits=route.inbox)
 
 
 class Grouped(Model):
@@ -249,14 +266,17 @@ class Grouped(Model):
 
 
 def _evaluation(grouped: Grouped, decision: Decision, record: IncidentRecord | None, *,
-                evaluation_id: str) -> Evaluation:
-    """The stored evaluation: the rule's own basis plus the facts every decision rests on."""
+                evaluation_id: str, update: dict[str, object] | None = None) -> Evaluation:
+    """The stored evaluation: the rule's own basis plus the facts every decision rests on (and, for
+    a delivered follow-up, the run's update it was folded into: its seq and when it is due)."""
     alert = grouped.alert
     basis: dict[str, object] = {
         **decision.basis, "group_key": grouped.group_key, "fingerprint": alert.fingerprint,
         "status": alert.status.value, "severity": alert.severity.value,
         "incident_version": record.version if record else None,
     }
+    if update is not None:
+        basis["update"] = update
     return Evaluation(evaluation_id=evaluation_id, tenant_id=alert.tenant_id, event_id=alert.event_id,
                       incident_id=record.incident_id if record else None, decision=decision.decision,
                       reason=decision.reason, basis=basis, at=grouped.now)

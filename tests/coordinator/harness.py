@@ -25,10 +25,20 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
+from ira.coordinator.updates import apply_update, parse_update
 from ira.core.alert import AlertEvent, AlertStatus, DecisionKind, Severity, SourceKind
 from ira.core.budget import BudgetDimension
 from ira.core.clock import Clock, FrozenClock
-from ira.core.decision import DECISION_MESSAGE, IncidentDecision
+from ira.core.decision import (
+    DECISION_MESSAGE,
+    UPDATE_MESSAGE,
+    UPDATES_INBOX,
+    IncidentChanges,
+    IncidentDecision,
+    IncidentUpdate,
+    UpdateTrigger,
+    update_id,
+)
 from ira.core.envelope import Envelope
 from ira.core.ids import new_event_id, new_id
 from ira.core.ports import TicketSystem
@@ -66,13 +76,17 @@ def config(environment: str = "prod", **overrides: object) -> WorkflowConfig:
     return WorkflowConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
+KNOWN_ALERT = "OrderLatencyHigh"
+"""The alert :func:`decision`'s runs are accepted for."""
+
+
 def decision(tenant: str = "acme", incident_id: str | None = None, *, version: int = 1,
              kind: DecisionKind = DecisionKind.CREATE_RUN, at: datetime = T0,
              status: AlertStatus = AlertStatus.FIRING) -> IncidentDecision:
     incident_id = incident_id or new_id("inc")
     alert = AlertEvent(
         event_id=new_event_id(), tenant_id=tenant, source_id="am", source_kind=SourceKind.ALERTMANAGER,
-        source_event_id=new_id("src"), fingerprint="fp-order-latency", status=status, name="OrderLatencyHigh",
+        source_event_id=new_id("src"), fingerprint="fp-order-latency", status=status, name=KNOWN_ALERT,
         severity=Severity.CRITICAL, labels={"service": "order-service", "env": "prod"},
         starts_at=at - timedelta(minutes=5), received_at=at, environment="prod", service="order-service")
     return IncidentDecision(
@@ -80,6 +94,18 @@ def decision(tenant: str = "acme", incident_id: str | None = None, *, version: i
         incident_version=version, group_key="order-service", service="order-service", environment="prod",
         severity="critical", title="order-service p99 latency above 2s", alert=alert, opened_at=at,
         reason="new incident" if kind == DecisionKind.CREATE_RUN else "firing again")
+
+
+def incident_update(run_id: str, incident_id: str, seq: int, *, version: int, names: tuple[str, ...] = (KNOWN_ALERT,),
+                    severity: Severity = Severity.CRITICAL, firing: int = 1,
+                    trigger: UpdateTrigger = UpdateTrigger.INTERVAL, tenant: str = "acme") -> Envelope:
+    """Triage's coalesced update ``seq`` to ``run_id`` (three alert events folded, ``names`` joined)."""
+    changes = IncidentChanges(events=3, joined=len(names), names_joined=names, first_seen=T0, last_seen=T0,
+                              incident_version=version, firing_count=firing, severity=severity)
+    body = IncidentUpdate(update_id=update_id(run_id, seq), tenant_id=tenant, incident_id=incident_id, run_id=run_id,
+                          seq=seq, trigger=trigger, changes=changes)
+    return Envelope(message_id=body.update_id, type=UPDATE_MESSAGE, tenant_id=tenant, occurred_at=T0,
+                    payload=body.model_dump(mode="json"))
 
 
 def envelope(d: IncidentDecision, at: datetime = T0) -> Envelope:
@@ -126,7 +152,9 @@ class Pump:
         return bool(rows)
 
     async def _deliver(self, topic: str, env: Envelope) -> None:
-        if topic.endswith(("ira.incidents.v1", "ira.incident-updates.v1")):
+        if topic.endswith("ira.incident-updates.v1") and env.type == UPDATE_MESSAGE:
+            await self.update(env)
+        elif topic.endswith(("ira.incidents.v1", "ira.incident-updates.v1")):
             await self.decide(env)
         elif env.type == TIMER_FIRED:
             await handle_timer(self.deps, env)
@@ -155,6 +183,16 @@ class Pump:
                                             at=self.deps.clock.now())
             if fresh:
                 await apply_decision(conn, parse_decision(env), config=self.deps.config, at=self.deps.clock.now())
+
+    async def update(self, env: Envelope) -> bool:
+        """What the coordinator's updates consumer does: inbox row + update, one transaction;
+        False when its inbox already held the update (a re-delivery)."""
+        async with self.db.transaction() as conn:
+            fresh = await record_inbox_many(conn, consumer=UPDATES_INBOX, keys=[(env.tenant_id, env.message_id)],
+                                            at=self.deps.clock.now())
+            if fresh:
+                await apply_update(conn, parse_update(env), config=self.deps.config, at=self.deps.clock.now())
+        return bool(fresh)
 
     async def close(self) -> None:
         if self.scripted:

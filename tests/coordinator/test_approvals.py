@@ -16,7 +16,7 @@ from ira.core.states import ApprovalState, RunState, WaitKind
 from ira.runtime.scanner import Scanner
 from ira.runtime.store import runs
 from ira.runtime.store.database import Database
-from tests.coordinator.harness import T0, api, auth, build, decision, envelope
+from tests.coordinator.harness import T0, api, auth, build, decision, envelope, incident_update
 
 
 async def waiting_for_approval(db: Database, **kw: object):  # type: ignore[no-untyped-def]
@@ -96,21 +96,22 @@ async def test_a_human_edit_needs_a_new_approval(db: Database) -> None:
     assert [t["title"] for t in tickets] == ["order-service: checkout latency"]
 
 
-async def test_new_alert_for_the_incident_invalidates_the_pending_approval(db: Database) -> None:
+async def test_an_older_triages_deliver_of_a_known_alert_leaves_the_pending_approval_standing(db: Database) -> None:
+    # Given a run waiting for approval, When a deliver decision of an older triage (one alert,
+    # the same alert firing again) arrives on the updates topic
     pump, deps, _, d, run_id, old = await waiting_for_approval(db)
-    update = decision(incident_id=d.incident_id, version=2, kind=DecisionKind.DELIVER)
-    await pump.decide(envelope(update))
+    follow_up = decision(incident_id=d.incident_id, version=2, kind=DecisionKind.DELIVER)
+    await pump.decide(envelope(follow_up))
     await pump.drain()
     async with db.reader() as conn:
         approvals = await records.list_approvals(conn, "acme", run_id)
-        drafts = await records.list_drafts(conn, "acme", run_id)
     async with api(deps) as client:
-        refused = await decide(client, old.approval_id)
+        approved = await decide(client, old.approval_id)
     await pump.close()
-    assert (refused.status_code, refused.json()["errors"][0]["code"]) == (409, "resource_changed")
-    assert [a.state for a in approvals] == [ApprovalState.INVALIDATED, ApprovalState.PENDING]
-    assert approvals[1].resource_version == 2 and [x.incident_version for x in drafts] == [1, 2]
-    assert len(await events_of(db, run_id, "ALERT_DELIVERED")) == 1
+    # Then it is one incident update on the run's log, and the draft's substance did not change
+    [updated] = await events_of(db, run_id, "INCIDENT_UPDATED")
+    assert (updated["events"], updated["incident_version"], updated["substantive"]) == (1, 2, False)
+    assert [a.state for a in approvals] == [ApprovalState.PENDING] and approved.status_code == 200
 
 
 async def test_a_principal_without_the_role_is_forbidden_and_recorded(db: Database) -> None:
@@ -157,7 +158,7 @@ async def test_an_incident_that_moves_on_after_approval_is_asked_again_before_an
     async with api(deps) as client:
         assert (await decide(client, first.approval_id)).status_code == 200
         await pump.drain()
-        await pump.decide(envelope(decision(incident_id=d.incident_id, version=2, kind=DecisionKind.DELIVER)))
+        await pump.update(incident_update(run_id, d.incident_id, 1, version=2, names=("DiskFull",)))  # news
         await pump.release()
         async with db.reader() as conn:
             run = await runs.get_run(conn, "acme", run_id)

@@ -95,7 +95,7 @@ async def post_follow_up(client: httpx.AsyncClient) -> None:
 
 async def delivered(client: httpx.AsyncClient, run_id: str) -> bool:
     events = (await client.get(f"/v1/runs/{run_id}/events")).json()["events"]
-    return any(e["type"] == "ALERT_DELIVERED" for e in events)
+    return any(e["type"] == "INCIDENT_UPDATED" for e in events)
 
 
 async def approvals_waiting(client: httpx.AsyncClient) -> bool:

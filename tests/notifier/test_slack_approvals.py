@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
-from ira.core.alert import DecisionKind
 from ira.core.states import ApprovalState, DeliveryState, RunState
 from ira.runtime.store import runs
 from ira.runtime.store.database import Database
-from tests.coordinator.harness import auth, decision, envelope
+from tests.coordinator.harness import auth, incident_update
 from tests.coordinator.test_approvals import approval_of, events_of
 from tests.fakes.slack import CHANNEL_ID, SIGNING_SECRET
 from tests.fakes.slack_interactions import block_actions_body, buttons_of, signed_headers
@@ -176,25 +175,29 @@ async def test_approve_after_expiry_says_expired_on_the_message(db: Database) ->
     assert "expired" in rig.slack.ephemeral[0]["text"] and await tickets(rig) == []
 
 
-async def test_a_revised_draft_kills_the_old_buttons_and_is_posted_in_the_thread(db: Database) -> None:
+async def test_a_revised_draft_edits_the_approval_message_instead_of_posting_another(db: Database) -> None:
     async with slack_rig(db) as rig:
         await rig.notify()
         [old] = rig.approval_posts()
         old_ts, stale_click = old["ts"], rig.click_body(old)  # a screen that still shows the old buttons
+        old_button = buttons_of(old)["approve"]
         d = json.loads(rig.pump.deliveries[0].model_dump_json())["payload"]
-        await rig.pump.decide(envelope(decision(incident_id=await _incident(db, rig), version=2,
-                                                kind=DecisionKind.DELIVER)))
+        posted_before = len(rig.slack.calls_of("chat.postMessage"))
+        incident_id = await _incident(db, rig)
+        await rig.pump.update(incident_update(rig.run_id, incident_id, 1, version=2, names=("DiskFull",)))
         await rig.pump.drain()
         await rig.notify()
-        old_now, new = rig.approval_posts()
-        refused = await rig.click(old_now, body=stale_click)
-        accepted = await rig.click(new)
+        posted_after = len(rig.slack.calls_of("chat.postMessage"))
+        [revised] = rig.approval_posts()
+        new_button, edited = buttons_of(revised)["approve"], bool(revised.get("edited"))
+        refused = await rig.click(revised, body=stale_click)
+        accepted = await rig.click(revised)
         await rig.pump.drain()
         await rig.notify()
     assert d["kind"] == "approval_requested"
-    assert old_now["ts"] == old_ts and "Invalidated: the draft changed" in texts(old_now)
-    assert "approve" not in buttons_of(old_now)
-    assert new["thread_ts"] == old_ts, "a revision goes into the run's thread"
+    # one message: the revision is a chat.update of it, with the new draft's buttons; no new post
+    assert posted_after == posted_before and revised["ts"] == old_ts and edited
+    assert old_button.startswith(rig.approval_id + "|") and not new_button.startswith(rig.approval_id + "|")
     assert len(rig.slack.top_level()) == 1
     assert (refused.status_code, accepted.status_code) == (200, 200)
     assert [e["code"] for e in await events_of(db, rig.run_id, "APPROVAL_DECISION_REFUSED")] == ["resource_changed"]

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from ira.core.alert import AlertEvent, Evaluation
 from ira.core.clock import FrozenClock
 from ira.core.commit import NewRun
-from ira.core.decision import IncidentDecision
+from ira.core.decision import DECISION_MESSAGE, UPDATE_MESSAGE, IncidentDecision, IncidentUpdate
 from ira.core.envelope import Envelope
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.ids import new_id
@@ -78,22 +78,39 @@ async def evaluations(db: Database) -> list[dict]:
         return [dict(r._mapping) for r in await conn.execute(select(decisions))]
 
 
-async def published(db: Database) -> list[IncidentDecision]:
-    """The decisions waiting in the outbox, in the order they will be published."""
+async def _outbox(db: Database) -> list[tuple[Envelope, str, str]]:
     async with db.reader() as conn:
         rows = await conn.execute(select(outbox.c.value, outbox.c.key, outbox.c.topic).order_by(outbox.c.id))
-        found = []
-        for row in rows:
-            envelope = Envelope.from_bytes(row.value)
-            assert envelope.type == "incident.decision"
-            decision = IncidentDecision.model_validate(envelope.payload)
-            # run requests and follow-ups travel apart, so a storm of updates never delays a new run
-            expected = "ira.incident-updates.v1" if decision.decision == "deliver" else "ira.incidents.v1"
-            assert row.topic.endswith(expected), (decision.decision, row.topic)
-            assert row.key == f"{decision.tenant_id}:{decision.incident_id}"
-            assert envelope.message_id == decision.evaluation_id
-            found.append(decision)
-        return found
+        return [(Envelope.from_bytes(row.value), row.key, row.topic) for row in rows]
+
+
+async def published(db: Database) -> list[IncidentDecision]:
+    """The run requests waiting in the outbox, in the order they will be published."""
+    found = []
+    for envelope, key, topic in await _outbox(db):
+        if envelope.type != DECISION_MESSAGE:
+            continue
+        decision = IncidentDecision.model_validate(envelope.payload)
+        assert topic.endswith("ira.incidents.v1") and decision.decision == "create_run", (decision.decision, topic)
+        assert key == f"{decision.tenant_id}:{decision.incident_id}"
+        assert envelope.message_id == decision.evaluation_id
+        found.append(decision)
+    return found
+
+
+async def updates_sent(db: Database) -> list[IncidentUpdate]:
+    """The incident updates waiting in the outbox: on their own topic (a storm of them never stands
+    before a new run request), keyed by incident, identified by ``run_id:seq``."""
+    found = []
+    for envelope, key, topic in await _outbox(db):
+        if envelope.type != UPDATE_MESSAGE:
+            assert envelope.type == DECISION_MESSAGE, envelope.type
+            continue
+        update = IncidentUpdate.model_validate(envelope.payload)
+        assert topic.endswith("ira.incident-updates.v1") and key == f"{update.tenant_id}:{update.incident_id}"
+        assert envelope.message_id == update.update_id == f"{update.run_id}:{update.seq}"
+        found.append(update)
+    return found
 
 
 def minutes(n: float) -> timedelta:

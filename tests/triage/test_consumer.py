@@ -7,18 +7,19 @@ from ``ira.incidents.v1`` after the real outbox relay sent them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
-from ira.core.alert import AlertStatus
-from ira.core.clock import FrozenClock
-from ira.core.decision import IncidentDecision
+from ira.core.clock import Clock, FrozenClock, SystemClock
+from ira.core.decision import IncidentDecision, IncidentUpdate
 from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.consumer import ConsumerRunner
 from ira.runtime.bus.producer import BusProducer
+from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import outbox
 from ira.triage.worker import TriageHandler
@@ -28,8 +29,8 @@ from tests.triage.harness import evaluations, handler, incident_rows, minutes, s
 from tests.triage.kafka_harness import publish, read_topic, relay, running, triage_consumer
 
 
-def triage_for(bus_env: str) -> TriageHandler:
-    return handler(FrozenClock(T0), environment=bus_env)
+def triage_for(bus_env: str, settings: TriageSettings | None = None, clock: Clock | None = None) -> TriageHandler:
+    return handler(clock or FrozenClock(T0), settings, environment=bus_env)
 
 
 Build = Callable[..., ConsumerRunner]
@@ -39,8 +40,10 @@ Build = Callable[..., ConsumerRunner]
 def consumer_for(kafka: EmbeddedKafka, bus_env: str, producer: BusProducer) -> Build:
     """A triage consumer of this test's topics over ``db`` (options: group_id, batch_size)."""
 
-    def build(db: Database, **options: Any) -> ConsumerRunner:
-        return triage_consumer(kafka, bus_env, producer=producer, db=db, handler=triage_for(bus_env), **options)
+    def build(db: Database, *, settings: TriageSettings | None = None, clock: Clock | None = None,
+              **options: Any) -> ConsumerRunner:
+        return triage_consumer(kafka, bus_env, producer=producer, db=db,
+                               handler=triage_for(bus_env, settings, clock), **options)
 
     return build
 
@@ -69,13 +72,17 @@ async def test_a_resolved_alert_reaches_the_waiting_runs_subscription(
         [opened] = await eventually(lambda: decisions_on_topic(kafka, bus_env, 1))
         run_id = await start_run(sqlite_db, opened.incident_id)  # the coordinator's C1, simulated
         await publish(producer, bus_env, [resolved(fingerprint="fp-1", at=T0 + minutes(2))])
-        [deliver] = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 1, UPDATES), 1))
+        [update] = await eventually(lambda: _at_least(updates_on_topic(kafka, bus_env, 1), 1))
 
-    # the follow-up is on the updates topic: a storm of them never stands before a new run request
-    create = opened
-    assert (create.decision, deliver.decision) == ("create_run", "deliver")
-    assert deliver.incident_id == opened.incident_id and deliver.basis["run_id"] == run_id
-    assert (deliver.alert.status, deliver.incident_version) == (AlertStatus.RESOLVED, 2)
+    # the follow-up is an update on its own topic: a storm of them never stands before a new run request
+    assert opened.decision == "create_run"
+    assert (update.incident_id, update.run_id, update.seq) == (opened.incident_id, run_id, 1)
+    assert (update.trigger, update.changes.resolved, update.changes.incident_version) == ("all_resolved", 1, 2)
+
+
+async def updates_on_topic(kafka: EmbeddedKafka, bus_env: str, expected: int) -> list[IncidentUpdate]:
+    records = await read_topic(kafka, topic_name(UPDATES, bus_env), expected)
+    return [IncidentUpdate.model_validate(Envelope.from_bytes(r.value).payload) for r in records]
 
 
 async def _at_least(found, n: int):  # type: ignore[no-untyped-def]
@@ -83,10 +90,13 @@ async def _at_least(found, n: int):  # type: ignore[no-untyped-def]
     return items if len(items) >= n else None
 
 
-async def test_decisions_keep_each_groups_order(
+async def test_updates_keep_each_incidents_order(
     kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, sqlite_db: Database, consumer_for: Build
 ) -> None:
-    consumer = consumer_for(sqlite_db, batch_size=50)
+    # a fold is due a millisecond after the last update (the real clock moves), no flapping limit:
+    # about as many updates as batches
+    settings = TriageSettings(update_interval=timedelta(milliseconds=1), noise=NoiseSettings(flapping_transitions=100))
+    consumer = consumer_for(sqlite_db, batch_size=3, settings=settings, clock=SystemClock())
     first = [alert(fingerprint="fp-a"), alert(fingerprint="fp-b", service="payments")]
     flips = [(resolved if i % 2 == 0 else alert)(fingerprint=fp, service=svc, at=T0 + minutes(i + 1))
              for i in range(10) for fp, svc in (("fp-a", "checkout"), ("fp-b", "payments"))]
@@ -96,14 +106,15 @@ async def test_decisions_keep_each_groups_order(
         for decision in opened:
             await start_run(sqlite_db, decision.incident_id)
         await publish(producer, bus_env, flips)
-        updates = await eventually(lambda: _at_least(decisions_on_topic(kafka, bus_env, 20, UPDATES), 20), timeout=20)
-    decisions = [*opened, *updates]
+        await eventually(lambda: consumer.stats.processed == 22, timeout=20)
+        sent = await eventually(lambda: _at_least(updates_on_topic(kafka, bus_env, 4), 4), timeout=20)
 
-    for incident_id in {d.incident_id for d in opened}:
-        mine = [d for d in decisions if d.incident_id == incident_id]
-        assert [d.incident_version for d in mine] == list(range(1, 12))
-        assert [d.alert.status.value for d in mine[1:]] == ["resolved", "firing"] * 5
-        assert [d.decision for d in mine] == ["create_run"] + ["deliver"] * 10
+    for decision in opened:  # an incident's updates arrive in order, each alert event counted once
+        mine = [u for u in sent if u.incident_id == decision.incident_id]
+        assert [u.seq for u in mine] == list(range(1, len(mine) + 1)) and len(mine) >= 2
+        versions = [u.changes.incident_version for u in mine]
+        assert versions == sorted(versions) and versions[-1] == 11
+        assert sum(u.changes.events for u in mine) == 10
 
 
 async def test_reconsumed_events_create_no_second_incident_or_decision(

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import select, update
 
-from ira.core.alert import AlertStatus, Severity
+from ira.core.alert import Severity
 from ira.core.clock import FrozenClock
 from ira.core.errors import ConcurrentUpdateError, InvalidMessageError
 from ira.runtime.settings.triage import SilenceMatcher, SilenceSettings, TriageSettings
@@ -32,6 +32,7 @@ from tests.triage.harness import (
     minutes,
     published,
     start_run,
+    updates_sent,
 )
 
 
@@ -113,19 +114,23 @@ async def test_below_threshold_is_recorded_and_an_escalation_asks_for_the_run(db
     assert incident["severity"] == "critical" and incident["run_evaluation_id"] == high.evaluation_id
 
 
-async def test_follow_ups_go_to_the_active_runs_subscription_in_order(db: Database, clock: FrozenClock) -> None:
+async def test_follow_ups_go_to_the_active_runs_subscription_folded(db: Database, clock: FrozenClock) -> None:
     triage = handler(clock)
     opened = await apply(db, triage, alert(fingerprint="fp-1"))
     run_id = await start_run(db, opened.incident_id)
-    await apply(db, triage, alert(fingerprint="fp-2", at=T0 + minutes(1)))
-    await apply(db, triage, resolved(fingerprint="fp-1", at=T0 + minutes(2)))
-    last = await apply(db, triage, resolved(fingerprint="fp-2", at=T0 + minutes(3)))
+    joined = await apply(db, triage, alert(fingerprint="fp-2", at=T0 + minutes(1)))  # first follow-up: at once
+    held = await apply(db, triage, resolved(fingerprint="fp-1", at=T0 + minutes(2)))  # inside the interval: held
+    last = await apply(db, triage, resolved(fingerprint="fp-2", at=T0 + minutes(3)))  # all resolved: at once
 
-    decisions = await published(db)
-    assert [d.decision for d in decisions] == ["create_run", "deliver", "deliver", "deliver"]
-    assert [d.incident_version for d in decisions] == [1, 2, 3, 4]
-    assert [d.alert.status for d in decisions[1:]] == [AlertStatus.FIRING, AlertStatus.RESOLVED, AlertStatus.RESOLVED]
+    assert [d.decision for d in await published(db)] == ["create_run"]
+    first, second = await updates_sent(db)
+    assert (first.run_id, first.seq, first.trigger, first.changes.joined, first.changes.incident_version) == (
+        run_id, 1, "interval", 1, 2)
+    assert first.changes.names_joined == ("HighErrorRate",)
+    assert (second.seq, second.trigger, second.changes.events, second.changes.resolved) == (2, "all_resolved", 2, 2)
+    assert (second.changes.incident_version, second.all_resolved) == (4, True)
     assert last.basis["run_id"] == run_id and last.reason == "run_subscribed"
+    assert [e.basis["update"]["seq"] for e in (joined, held, last)] == [1, 2, 2]
 
 
 async def test_a_finished_run_is_no_subscription(db: Database, clock: FrozenClock) -> None:
@@ -215,7 +220,7 @@ async def test_a_flapping_group_with_a_run_gets_flapping_decisions_not_a_draft_p
         flips.append(await apply(db, triage, alert(fingerprint="fp-1", at=T0 + minutes(2 + 2 * i))))
     await redis.aclose()
     # Then the run is not sent one update per flip: flapping decisions, with the run and the verdict
-    assert [d.decision for d in await published(db)] == ["create_run"]
+    assert [d.decision for d in await published(db)] == ["create_run"] and await updates_sent(db) == []
     assert {(f.decision, f.reason) for f in flips} == {("ignore", "flapping")}
     assert all(f.basis["run_id"] == run_id and f.basis["noise"]["kind"] == "flapping" for f in flips)
     # and the incident still follows the alert's state

@@ -19,9 +19,6 @@ DEFAULT_GROUP_BY = ("alertname", "service", "environment")
 
 
 
-
-
-
 class SilenceMatcher(Section):
     """One condition on an alert, as in Alertmanager: ``=``, ``!=``, ``=~``, ``!~`` (regex, full match).
 
@@ -99,6 +96,10 @@ class TriageSettings(Section):
     """Alert events applied per database transaction."""
     close_interval: Duration = timedelta(seconds=30)
     """How often incidents whose quiet period passed are closed."""
+    update_interval: Duration = timedelta(seconds=10)
+    """Follow-up alerts to an active run are folded into one incident update sent at most this often
+    (at once when the incident is all resolved or its severity rose): the run's log and its draft
+    move with the incident's changes, not with the alert volume."""
 
     def group_by_for(self, tenant_id: str) -> tuple[str, ...]:
         return self.tenant_group_by.get(tenant_id, self.group_by)
