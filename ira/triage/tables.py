@@ -8,7 +8,7 @@
   the rows whose ``closed_at`` is NULL. ``version`` moves whenever the incident's alerts change.
 * ``changes``: deploys and config changes (ChangeEvent) for the investigators' ``deployments``
   connector; unique on the source identity too.
-* ``incident_updates`` (migration ``0003_triage_updates``): one row per run that follow-ups were
+* ``incident_updates`` (migration ``0008_incident_updates``): one row per run that follow-ups were
   delivered to, its *subscription*: the changes folded since its last update (``changes``,
   NULL when nothing waits), when they must go out (``due_at``), how many updates went out
   (``seq``), what the run was last told (``sent_severity``, ``sent_resolved``) and the

@@ -1,6 +1,6 @@
 """triage: incident_updates, each active run's subscription (follow-ups folded, sent per interval)
 
-Revision ID: 0003_triage_updates
+Revision ID: 0008_incident_updates
 Revises: 0002_triage
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003_triage_updates"
+revision = "0008_incident_updates"
 down_revision = "0002_triage"
 branch_labels = None
 depends_on = None
