@@ -14,7 +14,7 @@ from pydantic import Field, TypeAdapter
 
 from ira.core.alert import AlertEvent, AlertStatus
 from ira.sources.context import SourceContext
-from ira.sources.payload import Labels, Payload, Text, UtcDatetime, ended, parse
+from ira.sources.payload import Fingerprint, Labels, Payload, Text, UtcDatetime, ended, parse
 
 
 class AlertmanagerAlert(Payload):
@@ -26,7 +26,7 @@ class AlertmanagerAlert(Payload):
     starts_at: UtcDatetime = Field(alias="startsAt")
     ends_at: UtcDatetime | None = Field(default=None, alias="endsAt")
     generator_url: Text = Field(default="", alias="generatorURL")
-    fingerprint: str | None = Field(default=None, max_length=128)
+    fingerprint: Fingerprint | None = None
     """Alertmanager's label-set hash; computed from ``labels`` when absent."""
 
 

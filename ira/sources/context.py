@@ -19,6 +19,9 @@ from ira.sources.labels import ENVIRONMENT_LABELS, SERVICE_LABELS, environment_o
 
 UNNAMED = "unnamed"
 """The name of an alert that carries no ``alertname`` label and no title."""
+FITTED = frozenset({SourceKind.ALERTMANAGER, SourceKind.GRAFANA})
+"""Payloads ira does not own: what a column cannot hold is cut to fit (or a NUL replaced), never
+refused, since Alertmanager drops a refused group without retrying (``ira.core.limits``)."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,14 @@ class SourceContext:
         """One AlertEvent; ``fingerprint`` None -> computed from the labels like Alertmanager does.
         ``at``: where the alert sits in the payload, for the 422 that names a value the store
         could not hold (InvalidPayloadError)."""
+        if self.source_kind in FITTED:
+            labels, annotations = limits.mapping_without_nul(labels), limits.mapping_without_nul(annotations)
+            generator_url = limits.without_nul(generator_url) if generator_url else generator_url
         name = name or labels.get("alertname") or UNNAMED
         environment, service = environment_of(labels, self.default_environment), service_of(labels)
+        if self.source_kind in FITTED:
+            name, service = limits.fit(name, limits.ALERT_NAME_MAX), limits.fit_optional(service, limits.SERVICE_MAX)
+            environment = limits.fit_optional(environment, limits.ENVIRONMENT_MAX)
         problems = unstorable(at, labels=labels, annotations=annotations, generator_url=generator_url, name=name,
                               service=service, environment=environment)
         if problems:
@@ -92,8 +101,9 @@ class SourceContext:
 def unstorable(at: str, *, labels: Mapping[str, str], annotations: Mapping[str, str], generator_url: str | None,
                name: str, service: str | None, environment: str | None) -> list[Problem]:
     """What in one alert the store could not hold: a NUL anywhere, or a name, service or
-    environment longer than its column (``ira.core.limits``). Refused, not truncated: a cut
-    name would group the alert with others it is not."""
+    environment longer than its column (``ira.core.limits``). For a schema ira owns (generic)
+    these are refused with 422 naming the field; a payload ira does not own has been fitted
+    before (nothing is left to refuse)."""
     problems = []
     if limits.has_nul([*labels, *labels.values(), *annotations, *annotations.values(), generator_url]):
         problems.append(Problem("nul_character", "labels, annotations and URLs cannot hold a NUL character", at))

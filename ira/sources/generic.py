@@ -22,16 +22,17 @@ from __future__ import annotations
 
 from pydantic import Field, TypeAdapter
 
+from ira.core import limits
 from ira.core.alert import AlertEvent, AlertStatus
 from ira.sources.context import SourceContext
 from ira.sources.payload import Labels, OwnPayload, Text, UtcDatetime, parse
 
-ID_PATTERN = r"^[A-Za-z0-9._:/@-]{1,200}$"
+ID_PATTERN = rf"^[A-Za-z0-9._:/@-]{{1,{limits.FINGERPRINT_MAX}}}$"
 
 
 class GenericLink(OwnPayload):
     url: Text = Field(min_length=1)
-    title: str | None = Field(default=None, max_length=200)
+    title: str | None = Field(default=None, max_length=limits.ALERT_NAME_MAX)
 
 
 class GenericEvent(OwnPayload):

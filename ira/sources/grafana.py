@@ -13,7 +13,7 @@ from pydantic import Field, TypeAdapter
 
 from ira.core.alert import AlertEvent, AlertStatus
 from ira.sources.context import SourceContext
-from ira.sources.payload import Labels, Payload, Text, UtcDatetime, ended, parse
+from ira.sources.payload import Fingerprint, Labels, Payload, Text, UtcDatetime, ended, parse
 
 
 class GrafanaAlert(Payload):
@@ -25,7 +25,7 @@ class GrafanaAlert(Payload):
     starts_at: UtcDatetime = Field(alias="startsAt")
     ends_at: UtcDatetime | None = Field(default=None, alias="endsAt")
     generator_url: Text = Field(default="", alias="generatorURL")
-    fingerprint: str | None = Field(default=None, max_length=128)
+    fingerprint: Fingerprint | None = None
     dashboard_url: Text = Field(default="", alias="dashboardURL")
     panel_url: Text = Field(default="", alias="panelURL")
     silence_url: Text = Field(default="", alias="silenceURL")

@@ -14,12 +14,12 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ira.core import limits
 from ira.core.model import Model
 from ira.sources.errors import InvalidPayloadError, MalformedPayloadError, Problem
 
 T = TypeVar("T")
-MAX_TEXT = 64 * 1024
-"""Longest single string we keep; the 1 MiB body limit bounds the rest."""
+MAX_TEXT = limits.TEXT_MAX
 
 
 class Payload(Model):
@@ -43,8 +43,11 @@ def _utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_utc)]
 """A timezone-aware instant, converted to UTC (``+08:00`` and ``Z`` spellings compare equal)."""
 
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
-Labels = dict[Annotated[str, Field(max_length=1024)], Text]
+Text = Annotated[str, Field(max_length=limits.TEXT_MAX)]
+Labels = Annotated[dict[Annotated[str, Field(max_length=limits.LABEL_NAME_MAX)], Text],
+                   Field(max_length=limits.LABELS_MAX)]
+"""Labels or annotations: bounded in count, name and value (``ira.core.limits``)."""
+Fingerprint = Annotated[str, Field(max_length=limits.FINGERPRINT_MAX)]
 
 ZERO_TIME_YEAR = 1
 """Alertmanager writes ``0001-01-01T00:00:00Z`` for "not ended yet"."""

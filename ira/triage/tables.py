@@ -45,7 +45,7 @@ alerts = Table(
     Column("event_id", String(64), nullable=False),
     Column("source_id", String(64), nullable=False),
     Column("source_event_id", String(200), nullable=False),
-    Column("fingerprint", String(200), nullable=False),
+    Column("fingerprint", String(limits.FINGERPRINT_MAX), nullable=False),
     Column("group_key", String(GROUP_KEY_LENGTH), nullable=False),
     Column("incident_id", String(64)),
     Column("status", String(16), nullable=False),

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
-from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import SystemClock
@@ -524,6 +524,14 @@ async def test_a_broker_that_cannot_start_says_why(tmp_path: Path) -> None:
 # --- what a failure means (no broker) -------------------------------------------------------
 
 
+class Refusal(Exception):
+    """What the asyncpg dialect wraps: an error carrying PostgreSQL's SQLSTATE."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(f"SQLSTATE {sqlstate}")
+        self.sqlstate = sqlstate
+
+
 @pytest.mark.parametrize(("error", "attempt", "expected"), [
     (DuplicateMessageError("seen"), 0, Disposition.DROP_DUPLICATE),
     (StaleEpochError("epoch 3 < 4"), 0, Disposition.DROP_STALE),
@@ -537,6 +545,9 @@ async def test_a_broker_that_cannot_start_says_why(tmp_path: Path) -> None:
     # a value the database refuses (too long, a NUL) is refused again: dead-lettered on the first try
     (DataError("INSERT", {}, Exception("value too long for type character varying(200)")), 0,
      Disposition.DEAD_LETTER),
+    # asyncpg's refusals arrive as a bare DBAPIError: the SQLSTATE decides (22: a data exception)
+    (DBAPIError("INSERT", {}, Refusal("22001")), 0, Disposition.DEAD_LETTER),
+    (DBAPIError("INSERT", {}, Refusal("23505")), 0, Disposition.RETRY),  # a unique race: try again
 ])
 def test_the_error_class_decides_what_happens_to_a_record(
     error: BaseException, attempt: int, expected: Disposition

@@ -12,8 +12,10 @@ from datetime import timedelta
 
 import pytest
 from aiokafka import TopicPartition
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ira.core.commit import OutboxMessage
 from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.core.errors import ConcurrentUpdateError, IllegalTransitionError
 from ira.infra.tansu import EmbeddedKafka
@@ -77,6 +79,20 @@ async def rows(db: Database) -> list[tuple[str, str, int, str]]:
         return [(r.message_id, r.state, r.attempts, r.error_code) for r in await parked_of(conn, CONSUMER)]
 
 
+async def refuse_one(bus_env: str, kafka: EmbeddedKafka, producer: BusProducer, handler: InboxHandler,
+                     db: Database, **payload: object) -> tuple[ConsumerRunner, Envelope, Envelope]:
+    """A record ``handler`` refuses ahead of a good one, consumed until both have their outcome."""
+    topic = topic_name(Topic.ALERTS, bus_env)
+    refused, good = envelope(**payload), envelope()
+    for env in (refused, good):
+        await producer.publish(topic, KEY, env)
+    consumer = parking_runner(bus_env, kafka, producer, handler, db)
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 1 and consumer.stats.dead_lettered == 1)
+        await eventually(lambda: any(s.dead_lettered == 1 for s in consumer.summaries))  # type: ignore[attr-defined]
+    return consumer, refused, good
+
+
 @BOTH
 async def test_a_transient_failure_is_parked_after_max_hold_and_applied_once_from_the_store(
     kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
@@ -129,20 +145,37 @@ async def test_a_run_of_failing_records_holds_its_partition_once_not_once_each(
     assert (consumer.stats.parked, consumer.stats.retries) == (10, 14)
 
 
+async def test_a_batch_goes_on_as_a_batch_behind_the_record_that_failed(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    # Given three refused records spread among thirty good ones, fetched as one batch
+    topic = topic_name(Topic.ALERTS, bus_env)
+    gate, hooks = Gate(IllegalTransitionError("incident", "resolved", "firing")), test_bus.Hooks()
+    sent = [envelope(stuck=n in (0, 12, 25)) for n in range(33)]
+    await producer.publish_many([OutboxMessage(topic=topic, key=KEY, envelope=e) for e in sent])
+    consumer = ConsumerRunner(
+        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=gate,
+        topics=[topic], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env), db=db, batch_hooks=hooks,
+        settings=replace(PARKING, batch_size=100))
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 30 and consumer.stats.dead_lettered == 3)
+
+    # Then each refused record went alone and the good ones around it in batches: a handful of
+    # transactions (one by one would be 33), every good record applied once
+    transactions = sum(1 for call, _ in hooks.calls if call == "start")
+    assert transactions <= 12, hooks.calls
+    assert sorted(await applied(db)) == sorted(e.message_id for e in sent if not e.payload["stuck"])
+    # (a refused record was tried twice: in the batch that rolled back, then alone, dead-lettered)
+    assert [gate.tries[e.message_id] for e in sent if e.payload["stuck"]] == [2, 2, 2]
+
+
 @BOTH
 async def test_a_permanent_failure_is_dead_lettered_after_one_try_with_its_reason(
     kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
 ) -> None:
-    topic = topic_name(Topic.ALERTS, bus_env)
     gate = Gate(IllegalTransitionError("incident", "resolved", "firing"))
-    refused, good = envelope(stuck=True), envelope()
-    for env in (refused, good):
-        await producer.publish(topic, KEY, env)
-    consumer = parking_runner(bus_env, kafka, producer, gate, db)
-
-    async with running(consumer):
-        await eventually(lambda: consumer.stats.processed == 1 and consumer.stats.dead_lettered == 1)
-        await eventually(lambda: any(s.dead_lettered == 1 for s in consumer.summaries))  # type: ignore[attr-defined]
+    consumer, refused, good = await refuse_one(bus_env, kafka, producer, gate, db, stuck=True)
 
     assert gate.tries[refused.message_id] == 1 and consumer.stats.retries == 0
     assert await applied(db) == [good.message_id]
@@ -151,6 +184,25 @@ async def test_a_permanent_failure_is_dead_lettered_after_one_try_with_its_reaso
     assert (letter.original_message_id, letter.error_code, letter.reason) == (
         refused.message_id, "illegal_transition", "incident cannot move from resolved to firing")
     assert await rows(db) == [(refused.message_id, ParkedState.DEAD_LETTERED, 1, "illegal_transition")]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)  # SQLite holds any length, and a NUL
+@pytest.mark.parametrize("value", ["x" * 65, "nul\x00byte"], ids=["too_long", "nul"])
+async def test_a_value_postgresql_refuses_is_dead_lettered_after_one_try(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database, value: str
+) -> None:
+    # Given a handler writing a value its column cannot hold (asyncpg raises a bare DBAPIError)
+    tries = []
+
+    async def store_value(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        tries.append(env.message_id)
+        await conn.execute(insert(test_bus.effects).values(message_id=env.payload.get("value", env.message_id)))
+
+    consumer, refused, _ = await refuse_one(bus_env, kafka, producer, store_value, db, value=value)
+
+    assert tries.count(refused.message_id) == 1 and consumer.stats.parked == 0
+    assert await rows(db) == [(refused.message_id, ParkedState.DEAD_LETTERED, 1, "invalid_data")]
 
 
 async def test_an_unexpected_failure_is_dead_lettered_at_its_last_try_without_holding_the_partition(

@@ -42,7 +42,7 @@ from ira.core.clock import Clock, SystemClock
 from ira.core.envelope import Envelope
 from ira.core.errors import BrokerUnavailableError, InvalidMessageError
 from ira.runtime.bus import tracing
-from ira.runtime.bus.inbox import BatchHooks, InboxApplier
+from ira.runtime.bus.inbox import BatchHooks, BatchItemError, InboxApplier
 from ira.runtime.bus.park import Hold, ParkingLot
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
@@ -237,17 +237,20 @@ class ConsumerRunner:
         """Apply records in order; return the offset of the last one done (None if none)."""
         last: int | None = None
         size, hold = (self.settings.batch_size if self._applier else 1), Hold(self.settings.max_hold)
-        for start in range(0, len(records), size):
+        start = 0
+        while start < len(records) and not stop.is_set():
             chunk = records[start:start + size]
-            if stop.is_set():
-                break
-            if len(chunk) > 1 and await self._apply_batch(chunk):
-                last = chunk[-1].offset
-                continue
-            for record in chunk:
+            done, failed_known = await self._apply_batch(chunk) if len(chunk) > 1 else (0, False)
+            if done:
+                last = chunk[done - 1].offset
+            # the one record that failed goes alone, then batching resumes behind it; a batch that
+            # failed elsewhere (its hooks) goes one by one
+            alone = chunk[done:done + 1] if failed_known else chunk[done:]
+            for record in alone:
                 if stop.is_set() or not await self._process(record, stop, hold):
                     return last
                 last = record.offset
+            start += done + len(alone)
         return last
 
     async def _process(self, record: Any, stop: asyncio.Event, hold: Hold) -> bool:
@@ -322,14 +325,33 @@ class ConsumerRunner:
             await self._plain(envelope, meta)
         return Outcome.PROCESSED
 
-    async def _apply_batch(self, records: Sequence[Any]) -> bool:
-        """All records in one transaction; False (nothing written) if any of them fails."""
+    async def _apply_batch(self, records: Sequence[Any]) -> tuple[int, bool]:
+        """As many of ``records`` as apply together, in one transaction: (how many from the start
+        were applied, whether the record after them is known to be the one that failed)."""
+        items = _parsed_prefix(records)
+        known = len(items) < len(records)  # the record after the prefix does not parse: poison
+        if not items:
+            return 0, known
+        try:
+            if await self._apply_items(items, locate=True):
+                return len(items), known
+            return 0, False  # it failed outside any one record (a batch hook): one by one
+        except BatchItemError as failed:  # nothing was written: those before it again, then it alone
+            before = items[:failed.index]
+            if before and not await self._apply_items(before, locate=False):
+                return 0, False
+            return len(before), True
+
+    async def _apply_items(self, items: Sequence[tuple[Envelope, RecordMeta]], *, locate: bool) -> bool:
+        """``items`` in one transaction and their outcomes reported; False if anything failed
+        (a :class:`BatchItemError` with ``locate``)."""
         assert self._applier is not None  # batches exist only in inbox mode
         try:
-            items = [(Envelope.from_bytes(r.value), record_meta(r)) for r in records]
-            outcomes = await self._applier.apply(items)
-        except Exception as exc:  # any failure: one by one, where each record gets classified
-            log.debug("consumer %s: batch of %d goes one by one: %r", self.name, len(records), exc)
+            outcomes = await self._applier.apply(items, locate=locate)
+        except BatchItemError:
+            raise
+        except Exception as exc:  # any other failure: one by one, where each record gets classified
+            log.debug("consumer %s: batch of %d goes one by one: %r", self.name, len(items), exc)
             return False
         for outcome, (_, meta) in zip(outcomes, items, strict=True):
             self._report(RecordOutcome(self.name, outcome, meta))
@@ -373,6 +395,17 @@ class _ReportAssigned(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: object) -> None:
         self._duty.ready = True
+
+
+def _parsed_prefix(records: Sequence[Any]) -> list[tuple[Envelope, RecordMeta]]:
+    """The envelopes of ``records`` up to the first that does not parse."""
+    items = []
+    for record in records:
+        try:
+            items.append((Envelope.from_bytes(record.value), record_meta(record)))
+        except InvalidMessageError:
+            break
+    return items
 
 
 async def _ended(task: asyncio.Task[None] | None) -> None:

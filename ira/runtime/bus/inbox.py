@@ -59,6 +59,15 @@ async def record_inbox_many(
     return {(row.tenant_id, row.message_id) for row in result}
 
 
+class BatchItemError(Exception):
+    """The handler failed on item ``index`` of a batch (the whole transaction rolled back): the
+    items before it can go again as a batch, only that one needs to go alone."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"item {index} of the batch failed")
+        self.index = index
+
+
 class InboxApplier:
     """Runs an :class:`InboxHandler` for records whose inbox row is new, in one transaction."""
 
@@ -75,8 +84,9 @@ class InboxApplier:
         self._db, self._consumer, self._handler = db, consumer, handler
         self._clock, self._span, self._hooks = clock, span, hooks
 
-    async def apply(self, items: Sequence[tuple[Envelope, RecordMeta]]) -> list[Outcome]:
-        """All of ``items`` or nothing: any exception rolls the whole transaction back."""
+    async def apply(self, items: Sequence[tuple[Envelope, RecordMeta]], *, locate: bool = False) -> list[Outcome]:
+        """All of ``items`` or nothing: any exception rolls the whole transaction back. With
+        ``locate`` a handler's failure is raised as :class:`BatchItemError` naming its item."""
         async with self._db.transaction() as conn:
             keys = [(envelope.tenant_id, envelope.message_id) for envelope, _ in items]
             fresh = await record_inbox_many(conn, consumer=self._consumer, keys=keys, at=self._clock.now())
@@ -87,13 +97,18 @@ class InboxApplier:
             if self._hooks is not None:
                 await self._hooks.start(conn, [item[0] for item in new if item is not None])
             outcomes = []
-            for item in new:
+            for index, item in enumerate(new):
                 if item is None:
                     outcomes.append(Outcome.DUPLICATE)
                     continue
                 envelope, meta = item
-                with self._span(envelope, meta):
-                    await self._handler(conn, envelope, meta)
+                try:
+                    with self._span(envelope, meta):
+                        await self._handler(conn, envelope, meta)
+                except Exception as exc:
+                    if locate:
+                        raise BatchItemError(index) from exc
+                    raise
                 outcomes.append(Outcome.PROCESSED)
             if self._hooks is not None:
                 await self._hooks.finish(conn)

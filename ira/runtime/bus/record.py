@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
-from sqlalchemy.exc import DataError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.envelope import DeadLetter, Envelope
@@ -96,6 +96,19 @@ _PERMANENT = (PlatformError, DataError, ValidationError, UnicodeError, json.JSON
 """Failures the same record meets again on every try: ira's own refusals (DomainError & co.),
 a value the database refuses (too long for its column, a NUL), data that does not parse."""
 
+_REFUSED_SQLSTATES = ("22", "23502", "23514")
+"""PostgreSQL's data exceptions (class 22: too long, a NUL, out of range), NOT NULL and CHECK
+violations. The asyncpg dialect raises most of them as a plain DBAPIError, not a DataError,
+so the SQLSTATE decides. (A unique violation is left out: it can be a race between replicas.)"""
+
+
+def is_refused_value(exc: BaseException) -> bool:
+    """Whether the database refused a value itself: the same record is refused on every try."""
+    if isinstance(exc, DataError):
+        return True
+    state = getattr(getattr(exc, "orig", None), "sqlstate", None) if isinstance(exc, DBAPIError) else None
+    return isinstance(state, str) and state.startswith(_REFUSED_SQLSTATES)
+
 
 def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: int) -> Disposition:
     """What to do with a record whose handler raised ``exc`` on try number ``attempt`` (0-based).
@@ -119,7 +132,7 @@ def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: in
         return Disposition.DROP_STALE
     if isinstance(exc, (TransientError, *_INFRASTRUCTURE)):
         return Disposition.RETRY
-    if isinstance(exc, _PERMANENT):
+    if isinstance(exc, _PERMANENT) or is_refused_value(exc):
         return Disposition.DEAD_LETTER  # refused again on every try: out of the partition now
     return Disposition.RETRY if attempt + 1 < max_unexpected_attempts else Disposition.DEAD_LETTER
 
@@ -136,7 +149,7 @@ INVALID_DATA = "invalid_data"
 
 
 def error_code(exc: BaseException) -> str:
-    if isinstance(exc, DataError):
+    if is_refused_value(exc):
         return INVALID_DATA
     return exc.code if isinstance(exc, PlatformError) else UNHANDLED
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ira.core import limits
 from ira.runtime.settings.section import Duration, Section
 
 
@@ -19,7 +20,7 @@ class IngestSettings(Section):
     """store: the database is the commit point; broker: the broker's ack is (external Kafka only)."""
     commit_timeout: Duration = timedelta(seconds=5)
     """A store commit not done by then is answered 503 + Retry-After (nothing is marked)."""
-    max_alerts_per_request: int = Field(default=1000, ge=1, le=100_000)
+    max_alerts_per_request: int = Field(default=1000, ge=1, le=limits.ALERTS_PER_REQUEST_MAX)
     """A request carrying more alerts (or change events) is refused whole with 413
     ``too_many_alerts``. Alertmanager sends one request per alert group: keep ``max_alerts`` of its
     webhook_config at or below this, so a large group is truncated there rather than refused here.

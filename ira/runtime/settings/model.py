@@ -24,6 +24,7 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
+from ira.core import limits
 from ira.core.alert import SourceKind
 from ira.core.budget import BudgetDimension
 from ira.core.redact import Redactor
@@ -102,7 +103,7 @@ class SourceSettings(Section):
     """Used for alerts that carry no environment label."""
     rate_limit_per_second: float = Field(default=100.0, gt=0)
     """Requests per second; one request counts once however many alerts it carries."""
-    max_alerts_per_request: int | None = Field(default=None, ge=1, le=100_000)
+    max_alerts_per_request: int | None = Field(default=None, ge=1, le=limits.ALERTS_PER_REQUEST_MAX)
     """None: ``ingest.max_alerts_per_request``."""
     alerts_per_second: float | None = Field(default=None, gt=0)
     """None: ``ingest.alerts_per_second``."""
