@@ -3,8 +3,10 @@
 Usage: python bench/engine.py [--ops N] [--probe P] [--database-url postgresql://...] [--full]
 
 Both drive the same shape (3 instant branches -> join -> synthesize -> approval wait ->
-ticket -> complete -> notify) with durable state on the same database, one system right after
-the other, per backend (SQLite; PostgreSQL with ``--database-url``):
+ticket -> complete -> notify) with durable state on the same database, per backend (SQLite;
+PostgreSQL with ``--database-url``), taking turns sample by sample (chains, one-at-a-time
+runs) and measure by measure (burst, approve), so a busy machine weighs on both alike.
+LangGraph runs in a child process with an event loop of its own:
 
 * ``step``      per-step durable overhead: the slope of a chain of N no-op steps' time over N
                 (ira: claim -> fenced commit that readies the next step -> release, and the
@@ -31,6 +33,8 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -84,16 +88,37 @@ def run_figures(latencies: list[float], seconds: float) -> dict[str, float]:
             "p50_ms": round(percentile(latencies, 0.5), 1), "p99_ms": round(percentile(latencies, 0.99), 1)}
 
 
-async def measure_all(engine: Engine, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """measure -> figures, for one system."""
-    points = {n: statistics.median([await engine.chain_ms(n) for _ in range(args.repeats)]) for n in args.chain}
-    chain_ms = {str(n): round(ms, 2) for n, ms in points.items()}
-    out: dict[str, dict[str, Any]] = {"step": {"ms_per_step": round(slope(points), 3), "chain_ms": chain_ms}}
-    one_by_one = [await engine.one_run_ms() for _ in range(args.probe)]
-    out["sequential"] = run_figures(one_by_one, sum(one_by_one) / 1000)
-    out["burst"] = run_figures(*await engine.burst(args.ops))
-    runs, seconds = await engine.approve_all()
-    out["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1)}
+async def alternating(engines: dict[str, Engine], sample: Callable[[Engine], Awaitable[float]], times: int
+                      ) -> dict[str, list[float]]:
+    """``times`` samples per system, taking turns: both see the same moments of a busy machine."""
+    samples: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(times):
+        for name, engine in engines.items():
+            samples[name].append(await sample(engine))
+    return samples
+
+
+async def measure_all(engines: dict[str, Engine], args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:
+    """system -> measure -> figures."""
+    out: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in engines}
+    points: dict[str, dict[int, float]] = {name: {} for name in engines}
+    for n in args.chain:
+        for name, ms in (await alternating(engines, lambda e, n=n: e.chain_ms(n), args.repeats)).items():
+            points[name][n] = statistics.median(ms)
+    for name, by_length in points.items():
+        chain_ms = {str(n): round(ms, 2) for n, ms in by_length.items()}
+        out[name]["step"] = {"ms_per_step": round(slope(by_length), 3), "chain_ms": chain_ms}
+    for name, ms in (await alternating(engines, lambda e: e.one_run_ms(), args.probe)).items():
+        out[name]["sequential"] = run_figures(ms, sum(ms) / 1000)
+    for name, engine in engines.items():
+        progress(f"  burst of {args.ops}: {name}")
+        burst, seconds = await engine.burst(args.ops)
+        out[name]["burst"] = run_figures(burst, seconds)
+        if len(burst) < args.ops:  # the rest were still on their way: a p99 of those that arrived would flatter
+            out[name]["burst"].update(p99_ms=None, incomplete=f"{len(burst)} of {args.ops} within the timeout")
+    for name, engine in engines.items():
+        runs, seconds = await engine.approve_all()
+        out[name]["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1)}
     return out
 
 
@@ -111,31 +136,40 @@ def compare(backend: str, measure: str, ira: dict[str, Any], langgraph: dict[str
 
 def absolute_goals(backend: str, ira: dict[str, dict[str, Any]]) -> None:
     """Issue #14's goals that are figures, not ratios."""
-    emit(backend=backend, measure="burst", kind="goal", figure="p99_ms", ira=ira["burst"]["p99_ms"],
-         goal="<= 2000", met=ira["burst"]["p99_ms"] <= 2000)
+    p99 = ira["burst"]["p99_ms"]
+    emit(backend=backend, measure="burst", kind="goal", figure="p99_ms", ira=p99, goal="<= 2000",
+         met=p99 is not None and p99 <= 2000)
     emit(backend=backend, measure="approve", kind="goal", figure="runs_per_s", ira=ira["approve"]["runs_per_s"],
          goal=">= 200", met=ira["approve"]["runs_per_s"] >= 200)
 
 
-async def side_by_side(backend: str, args: argparse.Namespace, workdir: Path, bootstrap: str) -> None:
-    """LangGraph, then ira, on fresh databases, one right after the other. Not interleaved: ira's
-    loops (relay, consumers, scanner) would share LangGraph's event loop and slow it down."""
-    figures: dict[str, dict[str, dict[str, Any]]] = {}
-    if HAS_LANGGRAPH:
-        from engine_langgraph import langgraph_engine
+def emit_figures(backend: str, system: str, measures: dict[str, dict[str, Any]]) -> None:
+    for measure, values in measures.items():
+        emit(backend=backend, measure=measure, system=system, **values)
 
-        progress(f"{backend}: langgraph")
-        async with langgraph_engine(backend, args.database_url, workdir) as graph:
-            figures["langgraph"] = await measure_all(graph, args)
-    progress(f"{backend}: ira")
-    async with ira_engine(backend, args.database_url, workdir, bootstrap) as ira:
-        figures["ira"] = await measure_all(ira, args)
+
+async def side_by_side(backend: str, args: argparse.Namespace, workdir: Path, bootstrap: str) -> None:
+    """Both systems up at once on fresh databases, taking turns measure by measure. LangGraph runs
+    in a child process: ira's relay, consumers and scanner must not share its event loop."""
+    async with AsyncExitStack() as stack:
+        engines: dict[str, Engine] = {}
+        if HAS_LANGGRAPH:
+            from engine_langgraph import RemoteLangGraph
+
+            engines["langgraph"] = await stack.enter_async_context(RemoteLangGraph.start(
+                [sys.executable, __file__, "--serve-langgraph", *child_args(backend, args)]))
+        engines["ira"] = await stack.enter_async_context(ira_engine(backend, args.database_url, workdir, bootstrap))
+        progress(f"{backend}: {', '.join(engines)}")
+        figures = await measure_all(engines, args)
     for system, measures in figures.items():
-        for measure, values in measures.items():
-            emit(backend=backend, measure=measure, system=system, **values)
+        emit_figures(backend, system, measures)
     for measure in GOALS if "langgraph" in figures else ():
         compare(backend, measure, figures["ira"][measure], figures["langgraph"][measure])
     absolute_goals(backend, figures["ira"])
+
+
+def child_args(backend: str, args: argparse.Namespace) -> list[str]:
+    return ["--backends", backend] + (["--database-url", args.database_url] if args.database_url else [])
 
 
 def rss_mb() -> float:
@@ -173,8 +207,8 @@ async def memory_of(system: str, backend: str, args: argparse.Namespace, workdir
 async def memory_in_children(backend: str, args: argparse.Namespace) -> None:
     for system in ("langgraph", "ira") if HAS_LANGGRAPH else ("ira",):
         progress(f"{backend}: {args.waiting} runs waiting, {system} (own process)")
-        argv = [sys.executable, __file__, "--memory-of", system, "--backends", backend, "--waiting", str(args.waiting),
-                "--ops", str(args.ops)] + (["--database-url", args.database_url] if args.database_url else [])
+        argv = [sys.executable, __file__, "--memory-of", system, "--waiting", str(args.waiting), "--ops", str(args.ops),
+                *child_args(backend, args)]
         child = await asyncio.create_subprocess_exec(*argv)
         if await child.wait() != 0:
             raise RuntimeError(f"memory run of {system} on {backend} failed")
@@ -185,6 +219,11 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
         if args.memory_of:
             await memory_of(args.memory_of, backends[0], args, Path(tmp))
+            return
+        if args.serve_langgraph:
+            from engine_langgraph import serve
+
+            await serve(backends[0], args.database_url, Path(tmp))
             return
         if not HAS_LANGGRAPH:
             emit(langgraph="not installed", hint="pip install -e '.[bench]'; measuring ira alone, no ratios")
@@ -209,6 +248,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backends", type=lambda s: s.split(","), help="default: sqlite, plus postgresql with a URL")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--memory-of", choices=("ira", "langgraph"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-langgraph", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.full:
         args.ops, args.waiting = max(args.ops, 1000), max(args.waiting, 10_000)

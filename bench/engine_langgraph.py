@@ -14,7 +14,9 @@ Imported only when the ``bench`` extra is installed (``pip install -e '.[bench]'
 from __future__ import annotations
 
 import asyncio
+import json
 import operator
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -177,3 +179,66 @@ async def langgraph_engine(backend: str, url: str | None, workdir: Path) -> Asyn
         await engine.one_run_ms()  # warm-up
         await engine.chain_ms(2)
         yield engine
+
+
+async def serve(backend: str, url: str | None, workdir: Path) -> None:
+    """Answer bench/engine.py's requests on stdin/stdout (one JSON line each), in this process:
+    LangGraph gets an event loop of its own, not one shared with ira's relay and consumers."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    async with langgraph_engine(backend, url, workdir) as engine:
+        print(json.dumps({"ready": True}), flush=True)
+        while line := await reader.readline():
+            ask = json.loads(line)
+            method, arg = ask["call"], ask.get("arg")
+            result = await getattr(engine, method)(*(() if arg is None else (arg,)))
+            print(json.dumps({"result": result}), flush=True)
+
+
+class RemoteLangGraph:
+    """The Engine of bench/engine.py, served by :func:`serve` in a child process."""
+
+    def __init__(self, child: asyncio.subprocess.Process) -> None:
+        self._child = child
+
+    @classmethod
+    @asynccontextmanager
+    async def start(cls, argv: list[str]) -> AsyncIterator[RemoteLangGraph]:
+        child = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
+                                                     stdout=asyncio.subprocess.PIPE)
+        remote = cls(child)
+        try:
+            assert json.loads(await remote._line())["ready"]
+            yield remote
+        finally:
+            assert child.stdin is not None
+            child.stdin.close()
+            await asyncio.wait_for(child.wait(), timeout=60)
+
+    async def _line(self) -> bytes:
+        assert self._child.stdout is not None
+        line = await self._child.stdout.readline()
+        if not line:
+            raise RuntimeError("the LangGraph process ended")
+        return line
+
+    async def _call(self, method: str, arg: int | None = None) -> Any:
+        assert self._child.stdin is not None
+        self._child.stdin.write(json.dumps({"call": method, "arg": arg}).encode() + b"\n")
+        await self._child.stdin.drain()
+        return json.loads(await self._line())["result"]
+
+    async def chain_ms(self, length: int) -> float:
+        return float(await self._call("chain_ms", length))
+
+    async def one_run_ms(self) -> float:
+        return float(await self._call("one_run_ms"))
+
+    async def burst(self, count: int) -> tuple[list[float], float]:
+        latencies, seconds = await self._call("burst", count)
+        return latencies, seconds
+
+    async def approve_all(self) -> tuple[int, float]:
+        runs, seconds = await self._call("approve_all")
+        return runs, seconds

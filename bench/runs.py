@@ -49,8 +49,8 @@ from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
-from ira.runtime.bus.record import RecordMeta
 from ira.runtime.dispatch import StepContext, StepDispatcher, StepHandler
+from ira.runtime.intake import StepIntake
 from ira.runtime.relay import OutboxRelay
 from ira.runtime.scanner import Scanner
 from ira.runtime.store import budget
@@ -124,20 +124,34 @@ def instant_investigators(db: Database, clock: Clock) -> dict[str, StepHandler]:
 database = scratch_database  # a migrated, empty database for one run (bench/scratch.py)
 
 
-def agents(db: Database, bootstrap: str, producer: BusProducer) -> ConsumerRunner:
-    """The agents role's shape: its own group on ira.steps.v1, each wake-up a task."""
+def agents(db: Database, bootstrap: str, producer: BusProducer) -> tuple[StepIntake, ConsumerRunner]:
+    """The agents role's shape: its own group on ira.steps.v1, and the steps this process's commits
+    ready (eager dispatch), through one StepIntake."""
     dispatcher = StepDispatcher(db=db, clock=SystemClock(), handlers=instant_investigators(db, SystemClock()),
                                 owner="bench-agents")
-    tasks: set[asyncio.Task[None]] = set()
+    intake = StepIntake(dispatcher, 64)
+    return intake, step_consumer("bench-agents", intake, bootstrap, producer)
 
-    async def wake(envelope: Envelope, meta: RecordMeta) -> None:
-        task = asyncio.create_task(dispatcher.handle_wakeup(envelope))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
 
-    return ConsumerRunner(bootstrap=bootstrap, group_id="bench-agents", topics=[topic_name(Topic.STEPS, ENV)],
-                          name="bench-agents", handler=wake, producer=producer, inbox=False,
+def step_consumer(name: str, intake: StepIntake, bootstrap: str, producer: BusProducer) -> ConsumerRunner:
+    """A consumer of wake-ups on ira.steps.v1 in its own group, feeding ``intake``."""
+    return ConsumerRunner(bootstrap=bootstrap, group_id=f"{name}-{new_id('g')}", topics=[topic_name(Topic.STEPS, ENV)],
+                          name=name, handler=intake.wakeup, producer=producer, inbox=False,
                           dlq_topic=topic_name(Topic.DLQ, ENV), settings=FAST)
+
+
+@asynccontextmanager
+async def eager_steps(db: Database, intake: StepIntake, consumer: ConsumerRunner) -> AsyncIterator[None]:
+    """Run ``consumer`` and ``intake``'s eager door until the block ends."""
+    stop = asyncio.Event()
+    with intake.eager(db):
+        loop = asyncio.create_task(consumer.run(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.wait_for(loop, timeout=30)
+            await intake.drain()
 
 
 @asynccontextmanager
@@ -148,14 +162,16 @@ async def stack(db: Database, bootstrap: str) -> AsyncIterator[tuple[Deps, BusPr
         coordinator = CoordinatorWorker(
             deps, StepDispatcher(db=db, clock=clock, handlers=step_handlers(deps), owner="bench-coordinator"),
             bootstrap=bootstrap, producer=producer, consumer=FAST, max_concurrent=32)
-        loops = [coordinator, agents(db, bootstrap, producer),
+        intake, agents_consumer = agents(db, bootstrap, producer)
+        loops = [coordinator,
                  OutboxRelay(db=db, publisher=producer, clock=clock, poll_interval=timedelta(milliseconds=10),
                              batch_size=500),
                  Scanner(db=db, clock=clock, environment=ENV, interval=timedelta(seconds=1))]
         stop = asyncio.Event()
         running = [asyncio.create_task(loop.run(stop)) for loop in loops]  # type: ignore[attr-defined]
         try:
-            yield deps, producer
+            async with eager_steps(db, intake, agents_consumer):
+                yield deps, producer
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), timeout=60)

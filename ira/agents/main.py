@@ -36,15 +36,15 @@ from ira.connectors.prometheus import PrometheusMetricSource
 from ira.connectors.recorded import RecordingSet, recorded_connectors, write_recording
 from ira.connectors.runbooks import FileRunbookSource
 from ira.core.clock import Clock
-from ira.core.envelope import Envelope, Topic
+from ira.core.envelope import Topic
 from ira.core.investigation import BranchBinding, BranchKind
 from ira.core.replay import RECORDING_LABEL, STAGING
-from ira.runtime.dispatch import StepDispatcher, StepHandler
+from ira.runtime.dispatch import StepHandler
+from ira.runtime.intake import StepIntake
 from ira.runtime.settings import Settings
 from ira.runtime.settings.agents import AgentsSettings, LlmProviderSettings
 from ira.runtime.store.artifacts import get_artifact
 from ira.runtime.store.database import Database
-from ira.runtime.wakeup import STEP_READY
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -159,41 +159,6 @@ def build_handlers(
                                       artifact_max_bytes=settings.artifact_max_bytes) for kind in BranchKind}
 
 
-@dataclass
-class WakeupPool:
-    """Runs up to ``size`` claimed steps at once; a full pool makes the consumer wait (backpressure)."""
-
-    dispatcher: StepDispatcher
-    size: int
-    _slots: asyncio.Semaphore = field(init=False)
-    _running: set[asyncio.Task[None]] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self._slots = asyncio.Semaphore(self.size)
-
-    async def handle(self, envelope: Envelope, meta: object) -> None:
-        if envelope.type != STEP_READY or envelope.payload.get("kind") not in self.dispatcher.handlers:
-            return
-        await self._slots.acquire()
-        task = asyncio.create_task(self._run(envelope))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-
-    async def _run(self, envelope: Envelope) -> None:
-        try:
-            await self.dispatcher.handle_wakeup(envelope)
-        except Exception:  # a worker task: the step's lease expires and the scanner wakes it again
-            log.exception("agents: wake-up %s failed", envelope.message_id)
-        finally:
-            self._slots.release()
-
-    async def drain(self) -> None:
-        """Stop: cancel what runs (its steps go back to others when their leases expire)."""
-        for task in list(self._running):
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
-
-
 class AgentsRole:
     """``ira worker --role agents``."""
 
@@ -209,13 +174,14 @@ class AgentsRole:
             connectors = replace(await build_connectors(platform.settings.agents, platform.db, stack),
                                  route=StagingRecordings(platform.db, platform.settings.data_dir / "recordings"))
             handlers = build_handlers(platform.settings, db=platform.db, clock=platform.clock, connectors=connectors)
-            pool = WakeupPool(build_dispatcher(platform, "agents", handlers), platform.settings.agents.concurrency)
-            consumer = build_consumer(platform, name="agents-steps", topics=[Topic.STEPS], handler=pool.handle,
+            intake = StepIntake(build_dispatcher(platform, "agents", handlers), platform.settings.agents.concurrency)
+            consumer = build_consumer(platform, name="agents-steps", topics=[Topic.STEPS], handler=intake.wakeup,
                                       inbox=False, group_id=GROUP_ID)
             try:
-                await consumer.run(stop)
+                with intake.eager(platform.db):  # branches a commit of this process readied start at once
+                    await consumer.run(stop)
             finally:
-                await pool.drain()
+                await intake.drain()  # running branches go back to others when their leases expire
 
 
 role = AgentsRole()

@@ -1,9 +1,10 @@
 """The coordinator's loops: run requests and incident updates in (inbox mode), coordinator steps and timers.
 
 Run requests and incident updates are applied in their consumer's transaction (exactly once via
-the inbox). Step
-wake-ups are hints: each starts a claim attempt in its own task (bounded), so a slow step
-never holds a partition; a wake-up lost with this process is re-sent by the scanner.
+the inbox). Step wake-ups are hints: each starts a claim attempt in its own task (bounded,
+``StepIntake``), so a slow step never holds a partition; a step this process's own commit made
+ready starts right after that commit (eager dispatch); a wake-up lost with this process is
+re-sent by the scanner.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
 from ira.coordinator.updates import apply_update, parse_update
-from ira.coordinator.workflow import COORDINATOR_KINDS
 from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, UPDATES_INBOX
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.intake import StepIntake
 from ira.runtime.store.parked import ParkSummary
-from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
+from ira.runtime.wakeup import TIMER_FIRED
 
 log = logging.getLogger(__name__)
 DECISIONS_CONSUMER = DECISIONS_INBOX
@@ -71,8 +72,7 @@ class CoordinatorWorker:
             topics=[topic_name(Topic.STEPS, env)], name=STEPS_CONSUMER, handler=self._on_step, producer=producer,
             dlq_topic=dlq, db=deps.db, inbox=False, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
             on_lag=_named(STEPS_CONSUMER, on_lag), on_parked=_named(STEPS_CONSUMER, on_parked))
-        self._slots = asyncio.Semaphore(max_concurrent)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.intake = StepIntake(dispatcher, max_concurrent)
 
     async def _on_decision(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
         await apply_decision(conn, parse_decision(envelope), config=self.deps.config, at=self.deps.clock.now())
@@ -86,35 +86,17 @@ class CoordinatorWorker:
     async def _on_step(self, envelope: Envelope, meta: RecordMeta) -> None:
         if envelope.type == TIMER_FIRED:
             await handle_timer(self.deps, envelope)
-        elif envelope.type == STEP_READY and envelope.payload.get("kind") in COORDINATOR_KINDS:
-            await self._slots.acquire()
-            task = asyncio.create_task(self._dispatch(envelope))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _dispatch(self, envelope: Envelope) -> None:
-        try:
-            await self.dispatcher.handle_wakeup(envelope)
-        except Exception:  # a worker loop: the step stays in SQL and the scanner wakes it again
-            log.exception("coordinator: step %s/%s could not be handled", envelope.payload.get("run_id"),
-                          envelope.payload.get("step_id"))
-        finally:
-            self._slots.release()
+        else:
+            await self.intake.wakeup(envelope)
 
     async def run(self, stop: asyncio.Event, *, drain: timedelta = timedelta(seconds=10)) -> None:
+        """Consume until ``stop``; meanwhile take the coordinator steps this process's own
+        commits make ready (eager dispatch), then give running steps ``drain`` to finish."""
         try:
-            await asyncio.gather(self.decisions.run(stop), self.updates.run(stop), self.steps.run(stop))
+            with self.intake.eager(self.deps.db):
+                await asyncio.gather(self.decisions.run(stop), self.updates.run(stop), self.steps.run(stop))
         finally:
-            await self._drain(drain)
-
-    async def _drain(self, drain: timedelta) -> None:
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=drain.total_seconds())
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+            await self.intake.drain(drain)
 
 
 T = TypeVar("T")

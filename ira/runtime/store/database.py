@@ -10,8 +10,9 @@ locks and conditional UPDATEs give the compare-and-set semantics directly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,22 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from ira.core.commit import OutboxMessage
 from ira.runtime.store import sqlite_driver
 
+log = logging.getLogger(__name__)
 _WRITE = "ira_write"
+_WRITTEN = "ira_outbox_written"
+
+CommitListener = Callable[[Sequence[OutboxMessage]], None]
+"""Told, right after a transaction committed, the outbox messages it wrote (eager dispatch)."""
+
+
+def remember_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> None:
+    """Note outbox messages written in ``conn``'s transaction for the commit listeners."""
+    written = conn.info.get(_WRITTEN)
+    if written is not None:
+        written.extend(messages)
 
 
 def normalize_url(url: str) -> str:
@@ -63,6 +77,7 @@ class Database:
         self.dialect = engine.dialect.name
         self._writer = engine.execution_options(**{_WRITE: True})
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._listeners: list[CommitListener] = []
 
     @classmethod
     def create(cls, url: str, *, schema: str | None = None, pool_size: int = 10) -> Database:
@@ -86,7 +101,27 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A write transaction: commits when the block ends, rolls back on any error."""
+        """A write transaction: commits when the block ends, rolls back on any error.
+
+        Once it committed, the listeners hear of the outbox messages it wrote; a rolled-back
+        transaction announces nothing.
+        """
+        written: list[OutboxMessage] = []
+        async with self._begin() as conn:
+            if self._listeners:
+                conn.info[_WRITTEN] = written  # the pooled connection's dict: removed below
+            try:
+                yield conn
+            finally:
+                conn.info.pop(_WRITTEN, None)
+        for listener in list(self._listeners) if written else ():
+            try:
+                listener(written)
+            except Exception:  # the commit stands; the outbox row still wakes the work
+                log.exception("a commit listener failed")
+
+    @asynccontextmanager
+    async def _begin(self) -> AsyncIterator[AsyncConnection]:
         if self._write_lock is None:
             async with self._writer.begin() as conn:
                 yield conn
@@ -99,6 +134,15 @@ class Database:
                     yield conn
             finally:
                 sqlite_driver.end_writing(adapted)  # type: ignore[arg-type]
+
+    @contextmanager
+    def listening(self, listener: CommitListener) -> Iterator[None]:
+        """Hear of every committed outbox message while the block runs (a role's lifetime)."""
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.model import Model
+from ira.runtime.store.database import remember_written
 from ira.runtime.store.schema import outbox
 
 MessageKey = tuple[str, str]
@@ -62,6 +63,7 @@ async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, a
     if not messages:
         return
     await conn.execute(_INSERT, [_row(m, at) for m in messages])
+    remember_written(conn, messages)
 
 
 async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:
