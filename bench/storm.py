@@ -4,7 +4,8 @@ Starts a whole ``ira dev`` (every role, embedded broker, Redis, SQLite), drives 
 distinct alerts into K incidents through the Alertmanager webhook with a raw asyncio HTTP/1.1
 client (keep-alive connections; httpx would measure itself), and while the storm runs posts an
 alert of a NEW incident every few seconds, timing POST -> its run exists. At the end it reads
-the coordinator's consumer lag from ``/metrics`` and the size of the storm incidents' run logs.
+the coordinator's consumer lag from ``/metrics``, the size of the storm incidents' run logs and
+how many approvals each storm run asked for (one per draft version).
 
 Usage: python bench/storm.py [--rate 300] [--seconds 30] [--incidents 10] [--new-every 3]
 (JSON lines on stdout, progress on stderr)
@@ -229,6 +230,8 @@ async def main_async(args: argparse.Namespace) -> None:
             metrics = (await probe.request("GET", "/metrics"))[1].decode()
             storm_runs = [r for r in json.loads((await probe.request("GET", "/v1/runs?limit=500"))[1])["runs"]
                           if (r.get("title") or "").startswith("Storm")]
+            approvals = [len(json.loads((await probe.request("GET", f"/v1/runs/{r['run_id']}"))[1])["approvals"])
+                         for r in storm_runs]
             await probe.close()
         finally:
             if proc.poll() is None:
@@ -246,7 +249,9 @@ async def main_async(args: argparse.Namespace) -> None:
               "max_s": round(done[-1], 3) if done else None})
         emit({"measure": "storm", "alerts_per_s": args.rate, "seconds": args.seconds, "incidents": args.incidents,
               **counts, "storm_runs": len(storm_runs),
-              "run_events_per_incident_max": max((r["last_seq"] for r in storm_runs), default=0)})
+              "run_events_per_incident_max": max((r["last_seq"] for r in storm_runs), default=0),
+              "run_events_per_incident_p50": statistics.median(r["last_seq"] for r in storm_runs) if storm_runs else 0,
+              "approvals_per_incident_max": max(approvals, default=0)})
         emit({"measure": "outbox_at_end", **{m.group(1): int(float(m.group(2))) for m in re.finditer(
             r'^ira_outbox_unsent_messages\{topic="([^"]+)"\} (\S+)$', metrics, re.M)}})
         emit({"measure": "lag_at_end", **{c: lag(metrics, c) for c in (
