@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -20,6 +21,7 @@ from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.core.errors import ConcurrentUpdateError, IllegalTransitionError
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.inbox import BatchHooks
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import InboxHandler, RecordMeta
 from ira.runtime.store.database import Database
@@ -50,14 +52,24 @@ BOTH = pytest.mark.parametrize("db", ["sqlite", pytest.param("postgresql", marks
 
 
 def parking_runner(bus_env: str, kafka: EmbeddedKafka, producer: BusProducer, handler: InboxHandler, db: Database,
-                   *, settings: ConsumerSettings = PARKING, topic: Topic = Topic.ALERTS) -> ConsumerRunner:
+                   *, settings: ConsumerSettings = PARKING, topic: Topic = Topic.ALERTS,
+                   batch_hooks: BatchHooks | None = None) -> ConsumerRunner:
     summaries: list[ParkSummary] = []
     runner = ConsumerRunner(
         bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handler,
         topics=[topic_name(topic, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env), db=db,
-        settings=settings, on_parked=summaries.append)
+        settings=settings, on_parked=summaries.append, batch_hooks=batch_hooks)
     runner.summaries = summaries  # type: ignore[attr-defined]
     return runner
+
+
+BATCHED = replace(PARKING, batch_size=100)
+
+
+async def publish_at_once(producer: BusProducer, bus_env: str, envelopes: Sequence[Envelope]) -> None:
+    """In one produce, so the consumer fetches them as one batch."""
+    topic = topic_name(Topic.ALERTS, bus_env)
+    await producer.publish_many([OutboxMessage(topic=topic, key=KEY, envelope=e) for e in envelopes])
 
 
 class Gate:
@@ -149,14 +161,10 @@ async def test_a_batch_goes_on_as_a_batch_behind_the_record_that_failed(
     kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
 ) -> None:
     # Given three refused records spread among thirty good ones, fetched as one batch
-    topic = topic_name(Topic.ALERTS, bus_env)
     gate, hooks = Gate(IllegalTransitionError("incident", "resolved", "firing")), test_bus.Hooks()
     sent = [envelope(stuck=n in (0, 12, 25)) for n in range(33)]
-    await producer.publish_many([OutboxMessage(topic=topic, key=KEY, envelope=e) for e in sent])
-    consumer = ConsumerRunner(
-        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=gate,
-        topics=[topic], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env), db=db, batch_hooks=hooks,
-        settings=replace(PARKING, batch_size=100))
+    await publish_at_once(producer, bus_env, sent)
+    consumer = parking_runner(bus_env, kafka, producer, gate, db, batch_hooks=hooks, settings=BATCHED)
 
     async with running(consumer):
         await eventually(lambda: consumer.stats.processed == 30 and consumer.stats.dead_lettered == 3)
@@ -168,6 +176,35 @@ async def test_a_batch_goes_on_as_a_batch_behind_the_record_that_failed(
     assert sorted(await applied(db)) == sorted(e.message_id for e in sent if not e.payload["stuck"])
     # (a refused record was tried twice: in the batch that rolled back, then alone, dead-lettered)
     assert [gate.tries[e.message_id] for e in sent if e.payload["stuck"]] == [2, 2, 2]
+
+
+class RefusingFlush(test_bus.Hooks):
+    """Batch hooks whose flush refuses any batch holding a ``stuck`` record (as triage's flush
+    meets a value the database refuses): the failing record is not known, only its batch."""
+
+    async def start(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> None:
+        await super().start(conn, envelopes)
+        self.refuse_finish = any(e.payload.get("stuck") for e in envelopes)
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        self.calls.append(("finish", []))
+        if self.refuse_finish:
+            raise IllegalTransitionError("incident", "resolved", "firing")
+
+
+async def test_a_batch_whose_flush_fails_is_split_until_the_bad_record_is_alone(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    hooks, sent = RefusingFlush(), [envelope(stuck=n == 40) for n in range(64)]
+    await publish_at_once(producer, bus_env, sent)
+    consumer = parking_runner(bus_env, kafka, producer, recording_handler, db, batch_hooks=hooks, settings=BATCHED)
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 63 and consumer.stats.dead_lettered == 1)
+
+    # halves of 64, 32, 16, 8, 4, 2, 1 around the bad record: about 2 x log2(64) transactions, not 64
+    assert sum(1 for call, _ in hooks.calls if call == "start") <= 16, hooks.calls
+    assert sorted(await applied(db)) == sorted(e.message_id for e in sent if not e.payload["stuck"])
 
 
 @BOTH

@@ -68,6 +68,7 @@ from ira.runtime.store.parked import ParkSummary
 
 log = logging.getLogger(__name__)
 
+_REFUSED = frozenset({Outcome.DEAD_LETTERED, Outcome.PARKED})
 _DROPPED = {Disposition.DROP_DUPLICATE: Outcome.DUPLICATE, Disposition.DROP_STALE: Outcome.STALE}
 
 
@@ -234,27 +235,39 @@ class ConsumerRunner:
         self.stats.committed[(tp.topic, tp.partition)] = last + 1
 
     async def _process_partition(self, records: Sequence[Any], stop: asyncio.Event) -> int | None:
-        """Apply records in order; return the offset of the last one done (None if none)."""
+        """Apply records in order; return the offset of the last one done (None if none).
+
+        Batches of ``batch_size``; a batch that fails is narrowed down rather than taken apart:
+        when the failing record is known (its handler raised, or it does not parse) the records
+        before it were applied as a batch, it goes alone, the rest as a batch again (after a
+        record refused alone, the next goes alone too: bad records come in runs); when it is
+        not known (a batch hook failed) the batch is split in halves, each tried as a batch. A
+        few bad records cost a few transactions each, not one per record of their batch.
+        """
         last: int | None = None
         size, hold = (self.settings.batch_size if self._applier else 1), Hold(self.settings.max_hold)
-        start = 0
-        while start < len(records) and not stop.is_set():
-            chunk = records[start:start + size]
-            done, failed_known = await self._apply_batch(chunk) if len(chunk) > 1 else (0, False)
+        pending = [records[start:start + size] for start in range(0, len(records), size)]
+        while pending and not stop.is_set():
+            chunk = pending.pop(0)
+            if len(chunk) == 1:
+                outcome = await self._process(chunk[0], stop, hold)
+                if outcome is None:
+                    return last
+                last = chunk[0].offset
+                if pending and outcome in _REFUSED:
+                    head = pending.pop(0)  # bad records come in runs: the next one goes alone too
+                    pending[:0] = [part for part in (head[:1], head[1:]) if part]
+                continue
+            done, known = await self._apply_batch(chunk)
             if done:
                 last = chunk[done - 1].offset
-            # the one record that failed goes alone, then batching resumes behind it; a batch that
-            # failed elsewhere (its hooks) goes one by one
-            alone = chunk[done:done + 1] if failed_known else chunk[done:]
-            for record in alone:
-                if stop.is_set() or not await self._process(record, stop, hold):
-                    return last
-                last = record.offset
-            start += done + len(alone)
+            rest = chunk[done:]
+            split = 1 if known else len(rest) // 2
+            pending[:0] = [part for part in (rest[:split], rest[split:]) if part]
         return last
 
-    async def _process(self, record: Any, stop: asyncio.Event, hold: Hold) -> bool:
-        """Try one record until it has an outcome or is parked; False if ``stop`` came while retrying."""
+    async def _process(self, record: Any, stop: asyncio.Event, hold: Hold) -> Outcome | None:
+        """Try one record until it has an outcome (or is parked); None if ``stop`` came while retrying."""
         meta = record_meta(record)
         for attempt in itertools.count():
             try:
@@ -263,13 +276,13 @@ class ConsumerRunner:
                 self._report(RecordOutcome(self.name, Outcome.RETRIED, meta, error_code(exc)))
                 delay = self._retry_delay(exc, attempt)
                 if hold.exceeded_by(delay) and await self._park(record, meta, exc, attempt + 1, delay):
-                    return True
+                    return Outcome.PARKED
                 if await self._wait_to_retry(exc, meta, attempt, delay, stop):
-                    return False
+                    return None
                 hold.spend(delay)
                 continue
             self._report(outcome)
-            return True
+            return outcome.outcome
         raise AssertionError("unreachable: itertools.count() never ends")
 
     def _retry_delay(self, exc: BaseException, attempt: int) -> timedelta:
@@ -335,7 +348,7 @@ class ConsumerRunner:
         try:
             if await self._apply_items(items, locate=True):
                 return len(items), known
-            return 0, False  # it failed outside any one record (a batch hook): one by one
+            return 0, False  # it failed outside any one record (a batch hook): split it
         except BatchItemError as failed:  # nothing was written: those before it again, then it alone
             before = items[:failed.index]
             if before and not await self._apply_items(before, locate=False):
@@ -351,7 +364,7 @@ class ConsumerRunner:
         except BatchItemError:
             raise
         except Exception as exc:  # any other failure: one by one, where each record gets classified
-            log.debug("consumer %s: batch of %d goes one by one: %r", self.name, len(items), exc)
+            log.debug("consumer %s: batch of %d failed, it is narrowed down: %r", self.name, len(items), exc)
             return False
         for outcome, (_, meta) in zip(outcomes, items, strict=True):
             self._report(RecordOutcome(self.name, outcome, meta))
