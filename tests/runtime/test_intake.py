@@ -7,7 +7,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from ira.core.clock import FrozenClock
 from ira.core.commit import NewRun
@@ -128,3 +128,25 @@ async def test_a_drained_intake_takes_no_more_steps(db: Database) -> None:
         run_id, wakeup = await create_ready_run(db)
         await intake.wakeup(wakeup)
     assert handled == [] and await step_state(db, run_id) == StepState.READY
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+async def test_a_transaction_cancelled_mid_statement_stays_cancelled(db: Database) -> None:
+    # Given a listener, so the transaction tracks what it writes
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        async with db.transaction() as conn:
+            started.set()
+            await conn.execute(text("SELECT pg_sleep(30)"))
+
+    with db.listening(lambda _messages: None):
+        task = asyncio.create_task(slow())
+        await started.wait()
+        await asyncio.sleep(0.2)  # let the statement reach the server (nothing to wait on from outside)
+        # When the task is cancelled while the statement runs (a drain, a lost lease)
+        task.cancel()
+        # Then it ends cancelled, not with an error about the invalidated connection
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -124,12 +124,14 @@ class Database:
         """
         written: list[OutboxMessage] = []
         async with self._begin() as conn:
-            if self._listeners:
-                conn.info[_WRITTEN] = written  # the pooled connection's dict: removed below
+            # the pooled connection's dict, taken now: a cancelled statement invalidates the
+            # connection, and reaching ``conn.info`` then would raise over the cancellation
+            info = conn.info if self._listeners else {}
+            info[_WRITTEN] = written
             try:
                 yield conn
             finally:
-                conn.info.pop(_WRITTEN, None)
+                info.pop(_WRITTEN, None)
         for listener in list(self._listeners) if written else ():
             try:
                 listener(written)
