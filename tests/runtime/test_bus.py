@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError, PendingRollbackError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import SystemClock
@@ -548,6 +548,9 @@ class Refusal(Exception):
     # asyncpg's refusals arrive as a bare DBAPIError: the SQLSTATE decides (22: a data exception)
     (DBAPIError("INSERT", {}, Refusal("22001")), 0, Disposition.DEAD_LETTER),
     (DBAPIError("INSERT", {}, Refusal("23505")), 0, Disposition.RETRY),  # a unique race: try again
+    # the connection died under the handler: transient whatever the try (test_park cuts a real one)
+    (PendingRollbackError("Can't reconnect until invalid transaction is rolled back"), 40, Disposition.RETRY),
+    (DBAPIError("INSERT", {}, Exception("closed"), connection_invalidated=True), 40, Disposition.RETRY),
 ])
 def test_the_error_class_decides_what_happens_to_a_record(
     error: BaseException, attempt: int, expected: Disposition

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
+import asyncpg
 import pytest
 from aiokafka import TopicPartition
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
@@ -40,6 +41,7 @@ from tests.runtime.test_bus import (
     recording_handler,
     running,
 )
+from tests.store_fixtures import postgres_test_url
 
 db, producer = test_bus.db, test_bus.producer  # the bus tests' fixtures: a database with its effects table
 
@@ -290,3 +292,37 @@ def test_the_park_of_a_consumer_reaches_metrics() -> None:
     assert 'ira_parked_messages{consumer="coordinator-decisions"} 2.0' in shown
     assert 'ira_parked_oldest_age_seconds{consumer="coordinator-decisions"} 42.0' in shown
     assert 'ira_dead_letters{consumer="coordinator-decisions"} 3.0' in shown
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+async def test_a_connection_cut_under_a_record_is_retried_and_applied_once(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, db: Database
+) -> None:
+    # Given a handler whose database connection is terminated by PostgreSQL while it applies
+    # one record (pg_terminate_backend: what a failover or a restart does to open sessions)
+    cut: list[int] = []
+
+    async def cut_once(conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        if env.payload.get("stuck") and not cut:
+            cut.append((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+            killer = await asyncpg.connect(postgres_test_url())
+            try:
+                await killer.execute("SELECT pg_terminate_backend($1)", cut[0])
+            finally:
+                await killer.close()
+        await recording_handler(conn, env, meta)
+
+    sent = [envelope(stuck=n == 1) for n in range(4)]
+    for env in sent:
+        await producer.publish(topic_name(Topic.ALERTS, bus_env), KEY, env)
+    consumer = parking_runner(bus_env, kafka, producer, cut_once, db,
+                              settings=replace(PARKING, max_unexpected_attempts=1))  # a bug: the DLQ at once
+
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.processed == 4, timeout=20)
+
+    # Then the lost connection counts as transient: the record is tried again on a new
+    # connection, and every record is applied once
+    assert cut and consumer.stats.retries >= 1 and consumer.stats.dead_lettered == 0
+    assert await applied(db) == [e.message_id for e in sent]

@@ -15,7 +15,14 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
-from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    PendingRollbackError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.envelope import DeadLetter, Envelope
@@ -102,6 +109,13 @@ violations. The asyncpg dialect raises most of them as a plain DBAPIError, not a
 so the SQLSTATE decides. (A unique violation is left out: it can be a race between replicas.)"""
 
 
+def is_lost_connection(exc: BaseException) -> bool:
+    """The database connection died under the handler (a restart, a failover, a terminated
+    session): SQLAlchemy says so by invalidating it, and the transaction's end then raises
+    PendingRollbackError. The next try gets a new connection."""
+    return isinstance(exc, PendingRollbackError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
 def is_refused_value(exc: BaseException) -> bool:
     """Whether the database refused a value itself: the same record is refused on every try."""
     if isinstance(exc, DataError):
@@ -117,9 +131,10 @@ def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: in
 
     ====================================================  =====================================
     DuplicateMessageError / StaleEpochError               dropped (acknowledged)
-    TransientError, database / broker / network failures  retried (in place up to max_hold,
-                                                          then parked and retried from the store)
-    other PlatformError, DataError, ValidationError,      dead-lettered after this one try
+    TransientError, database / broker / network failures, retried (in place up to max_hold,
+    a lost database connection                            then parked and retried from the store)
+    other PlatformError, a value the database refuses     dead-lettered after this one try
+    (DataError, SQLSTATE 22...), ValidationError,
     undecodable bytes or JSON
     anything else (a bug, an untranslated failure)        retried like a transient failure, then
                                                           dead-lettered at try
@@ -130,7 +145,7 @@ def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: in
         return Disposition.DROP_DUPLICATE
     if isinstance(exc, StaleEpochError):
         return Disposition.DROP_STALE
-    if isinstance(exc, (TransientError, *_INFRASTRUCTURE)):
+    if isinstance(exc, (TransientError, *_INFRASTRUCTURE)) or is_lost_connection(exc):
         return Disposition.RETRY
     if isinstance(exc, _PERMANENT) or is_refused_value(exc):
         return Disposition.DEAD_LETTER  # refused again on every try: out of the partition now
