@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -177,6 +178,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ops", type=int, help="smoke run: this many alerts, one round")
     args = parser.parse_args()
+    # SIGTERM (a time limit) must still run the cleanup: the embedded Redis daemonizes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.ops is not None:
         args.alerts, args.rounds = args.ops, 1
     asyncio.run(run(args))
