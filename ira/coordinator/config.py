@@ -36,6 +36,8 @@ class WorkflowConfig:
     """Where notifications go: ``slack`` when Slack is configured, else the webhook channel."""
     dashboard_url: str | None = None
     """Base of run links in notifications (``<dashboard_url>/runs/<run_id>``)."""
+    staging_auto_approve: bool = False
+    """Staging runs' approvals are granted by ira itself (``AUTO_APPROVER``); never a production run's."""
     redactor: Redactor = field(default_factory=Redactor)
     """Masks configured secrets and secret-shaped text where outside text enters a run (the
     alert) and where a run's text leaves it (the ticket draft)."""
@@ -51,7 +53,8 @@ class WorkflowConfig:
                    root_budget=dict(c.root_budget), branch_budget=dict(c.branch_budget),
                    artifact_max_bytes=settings.artifact_max_bytes,
                    notification_channel="slack" if settings.slack.enabled else "webhook",
-                   dashboard_url=settings.slack.dashboard_url.rstrip("/"), redactor=settings.redactor())
+                   dashboard_url=settings.slack.dashboard_url.rstrip("/"), redactor=settings.redactor(),
+                   staging_auto_approve=c.staging_auto_approve)
 
     def run_url(self, run_id: str) -> str | None:
         return f"{self.dashboard_url}/runs/{run_id}" if self.dashboard_url else None

@@ -5,7 +5,9 @@ draft hash, the incident version, the role and the expiry; a WorkItem, the notif
 a durable expiry timer are written with it. A decision applies only through
 :func:`ira.coordinator.approval.judge`; an approval only makes ``approve_ticket`` claimable
 again: it is re-claimed with a new epoch and checks the approval still binds the current
-draft before it finishes, so no permission from before the wait is reused.
+draft before it finishes, so no permission from before the wait is reused. A staging run under
+``coordinator.staging_auto_approve`` is asked like any run and approved at once by ``AUTO_APPROVER``
+through the same judgement, in the same transaction.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ from ira.core.errors import ConcurrentUpdateError
 from ira.core.events import APPROVAL_SETTLED, RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, WorkItem
+from ira.core.replay import STAGING
 from ira.core.report import TicketDraft
 from ira.core.run import Claim, Run
 from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime import runtrace
 from ira.runtime.store import runs, timers
 from ira.runtime.wakeup import step_wakeup
+
+AUTO_APPROVER = "ira (auto, staging)"
+"""Who decided a staging run's approval under ``coordinator.staging_auto_approve``: on the approval,
+its event and the replay's comparison, so an auto-granted approval is never mistaken for a person's."""
 
 
 async def ask(
@@ -65,6 +72,10 @@ async def ask(
             "resource_version": approval.resource_version, "required_role": approval.required_role,
             "expires_at": approval.expires_at.isoformat()})),
         outbox=(message,)), at=at)
+    if config.staging_auto_approve and run.environment == STAGING:
+        approval, _ = await decide(conn, run.tenant_id, approval.approval_id, choice=Choice.APPROVE,
+                                   principal=AUTO_APPROVER, roles=frozenset({approval.required_role}),
+                                   reason="coordinator.staging_auto_approve", config=config, at=at)
     return approval
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ira.connectors.slack.client import SlackChatPoster, build_web_client
 from ira.connectors.slack.interactions import InteractionVerifier
 from ira.connectors.tickets.fault import FaultPointTicketSystem
+from ira.connectors.tickets.sandbox import SandboxTicketSystem
 from ira.connectors.tickets.tenants import build_ticket_systems, remote_ticket_system
 from ira.coordinator.api import build_router
 from ira.coordinator.config import WorkflowConfig
@@ -39,7 +40,8 @@ def build_deps(platform: Platform) -> Deps:
     systems, faults = build_ticket_systems(platform.settings, platform.db, platform.clock), \
         FaultPoints(platform.settings.faults)
     return Deps(db=platform.db, clock=platform.clock, config=WorkflowConfig.from_settings(platform.settings),
-                tickets=FaultPointTicketSystem(systems, faults), faults=faults)
+                tickets=FaultPointTicketSystem(systems, faults), faults=faults,
+                sandbox_tickets=SandboxTicketSystem(platform.db, platform.clock))
 
 
 def build_worker(platform: Platform) -> CoordinatorWorker:

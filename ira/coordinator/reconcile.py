@@ -87,6 +87,7 @@ async def reconcile(deps: Deps, tenant_id: str, operation_id: str, *, final: boo
         op = await operations.get_operation(conn, tenant_id, operation_id)
         run = await runs.get_run(conn, tenant_id, op.run_id)
         step = await steps.get_step(conn, tenant_id, op.run_id, op.step_id)
+    deps = deps.for_environment(run.environment)
     if op.fact_state not in operations.IN_DOUBT:
         return "settled"
     if op.handling_state == OperationHandling.MANUAL_REPAIR:

@@ -36,7 +36,7 @@ from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
-from ira.core.replay import STAGING, staging_refusal
+from ira.core.replay import SANDBOX_TICKETS, STAGING, staging_refusal
 from ira.core.report import TicketDraft
 from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
@@ -54,8 +54,8 @@ AFTER_RECEIPT = "ticket.after_receipt"  #: receipt stored (CONFIRMED_SUCCESS), s
 AFTER_FINISH = "ticket.after_finish"  #: step DONE committed, the next step not yet run
 
 
-STAGING_NO_TICKET = "staging_sandbox: no sandbox ticket system yet; nothing is created for a staging run"
-"""Even a staging run bound to the sandbox creates nothing until a staging ticket namespace exists."""
+STAGING_NO_TICKET = "staging_sandbox: no sandbox ticket system; nothing is created for a staging run"
+"""A staging run bound to the sandbox creates nothing where no sandbox ticket system is given."""
 
 class Mode(StrEnum):
     SEND = "send"  #: this owner moved the Operation to SUBMITTED: it may send
@@ -69,7 +69,8 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
     prepared = await _record_intent(deps, ctx)
     if prepared is None:
         return
-    op, request = prepared
+    op, request, environment = prepared
+    deps = deps.for_environment(environment)  # staging: the sandbox only, whatever is bound (checked at dispatch)
     with trace.get_tracer(__name__).start_as_current_span("ticket operation", attributes={
             "ira.operation_id": op.operation_id, "ira.operation.kind": op.kind, "ira.ticket.system": deps.tickets.name,
             "ira.operation.key_prefix": op.idempotency_key[:12], "ira.owner_epoch": ctx.claim.owner_epoch}) as span:
@@ -94,7 +95,7 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
             await _fail(deps, ctx, op, reason="confirmed_failure")
 
 
-async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest] | None:
+async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest, str] | None:
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
@@ -105,7 +106,7 @@ async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, Ticke
         approval = await gate.usable_approval(conn, run, draft)
         existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET)
         if existing is not None and existing.payload_hash == draft.ref:
-            return await _rebind(conn, existing, approval, at=now), doc.request
+            return await _rebind(conn, existing, approval, at=now), doc.request, run.environment
         op = await operations.record_intent(conn, Operation(
             operation_id=new_id("op"), tenant_id=c.tenant_id, run_id=c.run_id, step_id=CREATE_TICKET,
             kind=CREATE_TICKET_ACTION, idempotency_key=idempotency_key(c.tenant_id, run.incident_id or "", draft.ref),
@@ -116,7 +117,7 @@ async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, Ticke
             events=(EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
                 "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
                 "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)), at=now)
-        return op, doc.request
+        return op, doc.request, run.environment
 
 
 async def _rebind(conn: AsyncConnection, op: Operation, approval: Approval | None, *, at: datetime) -> Operation:
@@ -138,7 +139,7 @@ async def _authorize(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
             return Mode.STOP
         if op.fact_state != OperationFact.INTENT_RECORDED:
             return _mode_of(op.fact_state)
-        if (problem := await dispatch_problem(conn, run, op)) is not None:
+        if (problem := await dispatch_problem(conn, run, op, tickets=deps.tickets.name)) is not None:
             await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
             return Mode.STOP
         await charge_step(conn, c, config=deps.config, at=now)
@@ -171,10 +172,13 @@ def _mode_of(fact: OperationFact) -> Mode:
     return Mode.VERIFY
 
 
-async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation) -> str | None:
-    """Why this Operation may not be sent now (None: it may): staging targets, contract, approval binding."""
+async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation, *, tickets: str) -> str | None:
+    """Why this Operation may not be sent now to the ``tickets`` system (None: it may): staging
+    targets (the stored binding, checked again here), contract, approval binding."""
     if run.environment == STAGING:
-        return staging_refusal(run.environment, run.bindings.get("targets"), "tickets") or STAGING_NO_TICKET
+        refused = staging_refusal(run.environment, run.bindings.get("targets"), "tickets")
+        if refused or tickets != SANDBOX_TICKETS:
+            return refused or STAGING_NO_TICKET
     answer = judge_action(run.contract, op.kind)
     if answer != PolicyAnswer.ASK:
         return None if answer == PolicyAnswer.ALLOW else "action_blocked"

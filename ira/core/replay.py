@@ -26,6 +26,12 @@ RECORDING_LABEL = "ira_recording"
 """Label naming the artifact of the bundle's recording: staging branches answer from it."""
 SANDBOX_TICKETS = "sandbox"
 """The only ticket target a staging run may bind."""
+
+
+def sandbox_tenant(tenant_id: str) -> str:
+    """Where a tenant's sandbox tickets are kept: ``~`` is not allowed in a tenant's name, so no
+    real tenant can see or collide with them."""
+    return f"~{tenant_id}"
 STAGING_SINK = "staging-sink"
 """The only notification target a staging run may bind: records the notification, sends nothing."""
 

@@ -113,9 +113,11 @@ def _incident_reads(router: APIRouter, settings: Settings, db: Database, who: An
             return await incidents.incident_detail(conn, caller.tenant_id, incident_id)
 
     @router.get("/tickets", tags=["tickets"])
-    async def list_tickets(caller: Principal = who,
-                           limit: Annotated[int, Query(ge=1, le=500)] = 100) -> tickets.TicketList:
-        """Tickets of the tenant's ticket system, newest first, each with ``system``, ``key`` and ``url``."""
+    async def list_tickets(caller: Principal = who, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                           environment: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
+                           ) -> tickets.TicketList:
+        """Tickets of the tenant's ticket system, newest first, each with ``system``, ``key`` and ``url``;
+        the sandbox tickets of its replays only with ``?environment=staging``."""
         async with db.reader() as conn:
-            return await tickets.list_tickets(conn, caller.tenant_id, limit=limit,
+            return await tickets.list_tickets(conn, caller.tenant_id, limit=limit, environment=environment,
                                               system=settings.tickets_for(caller.tenant_id).kind)

@@ -90,9 +90,11 @@ def build_pages(platform: Platform, sessions: Sessions) -> APIRouter:
                            asks=len(items), nav="needs")
 
     @router.get("/tickets")
-    async def tickets_page(viewer: Viewer) -> HTMLResponse:
+    async def tickets_page(viewer: Viewer, environment: str | None = None) -> HTMLResponse:
+        """Production's tickets; the sandbox tickets of replays with ``?environment=staging``."""
         async with db.reader() as conn:
             listed = await tickets.list_tickets(conn, viewer.tenant_id, limit=200,
+                                                environment=environment if environment == STAGING else None,
                                                 system=platform.settings.tickets_for(viewer.tenant_id).kind)
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("tickets.html", viewer=viewer, tickets=listed.tickets, asks=asks, nav="tickets")

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.connectors.tickets.schema import tickets
 from ira.core.model import Model
+from ira.core.replay import SANDBOX_TICKETS, STAGING, sandbox_tenant
 from ira.core.report import TicketDraft
 from ira.core.states import OperationFact
 from ira.readmodel.rows import view_of
@@ -40,6 +41,8 @@ class TicketView(Model):
     system: str = SYSTEM
     url: str | None = None
     created_at: datetime
+    environment: str | None = None
+    """``staging`` for a sandbox ticket (a replay's), never listed with production's."""
 
 
 class TicketList(Model):
@@ -47,8 +50,13 @@ class TicketList(Model):
 
 
 async def list_tickets(conn: AsyncConnection, tenant_id: str, *, limit: int = 100,
-                       system: str = SYSTEM) -> TicketList:
-    """Newest first, one tenant only, of ``system`` (the tenant's configured ticket system)."""
+                       system: str = SYSTEM, environment: str | None = None) -> TicketList:
+    """Newest first, one tenant only, of ``system`` (the tenant's configured ticket system), or with
+    ``environment=staging`` the tenant's sandbox tickets (replays') only."""
+    if environment == STAGING:
+        sandboxed = await list_tickets(conn, sandbox_tenant(tenant_id), limit=limit)
+        return TicketList(tickets=tuple(t.model_copy(update={"tenant_id": tenant_id, "system": SANDBOX_TICKETS,
+                                                             "environment": STAGING}) for t in sandboxed.tickets))
     if system != SYSTEM:
         return await _filed_in(conn, tenant_id, system, limit=limit)
     rows = await conn.execute(select(tickets).where(tickets.c.tenant_id == tenant_id)

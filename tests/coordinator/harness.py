@@ -203,9 +203,11 @@ class Pump:
 
 
 def build(db: Database, *, clock: Clock | None = None, tickets: TicketSystem | None = None,
-          behaviour: dict[str, str] | None = None, lease: float = 30, **cfg: object) -> tuple[Pump, Deps]:
+          behaviour: dict[str, str] | None = None, lease: float = 30, sandbox: TicketSystem | None = None,
+          **cfg: object) -> tuple[Pump, Deps]:
     clock = clock or FrozenClock(T0)
-    deps = Deps(db=db, clock=clock, config=config(**cfg), tickets=tickets or BuiltinTicketSystem(db, clock))
+    deps = Deps(db=db, clock=clock, config=config(**cfg), tickets=tickets or BuiltinTicketSystem(db, clock),
+                sandbox_tickets=sandbox)
     scripted = ScriptedInvestigators(db, clock, behaviour=behaviour or {})
     coordinator = StepDispatcher(db=db, clock=clock, handlers=step_handlers(deps), owner="coordinator-test",
                                  lease=timedelta(seconds=lease))

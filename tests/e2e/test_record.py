@@ -70,15 +70,18 @@ def scenario_bundle(tmp_path: Path) -> Path:
     return planted(tmp_path / "scenarios" / "SCN-bad-deploy", tmp_path / "scenario")
 
 
-async def started(tmp_path: Path, recording: Path, **agents: Any) -> DevProcess:
+async def started(tmp_path: Path, recording: Path, *, sections: dict[str, dict[str, Any]] | None = None,
+                  **agents: Any) -> DevProcess:
     """``ira dev`` of tenant ``TENANT`` whose investigators answer from ``recording`` (its configured
-    connectors), with ``agents`` settings on top."""
+    connectors), with ``agents`` settings and other ``sections``' settings on top."""
     (tmp_path / "home").mkdir()
     dev = DevProcess.on(tmp_path / "home")
     config_path = Path(dev.env["IRA_CONFIG"])
     config = yaml.safe_load(config_path.read_text())
     config["tenant"] = TENANT
     config["agents"].update(recorded_bundle=str(recording), redact=[CANARIES["configured"]], **agents)
+    for name, values in (sections or {}).items():
+        config[name] = {**config.get(name, {}), **values}
     config_path.write_text(yaml.safe_dump(config))
     await dev.start()
     return dev

@@ -220,6 +220,9 @@ class CoordinatorSettings(Section):
         steps=28, tool_calls=36, model_tokens=80_000, cost_micros=1_500_000, wall_ms=900_000))
     """Each branch's slice of the root (three branches draw at once)."""
     max_concurrent_steps: int = Field(default=16, ge=1, le=1000)
+    staging_auto_approve: bool = False
+    """Staging runs (replays) only: their ticket draft is approved by ira itself (recorded as such), so a
+    replay goes on to its sandbox ticket and completion; a production run is never auto-approved."""
 
     @model_validator(mode="after")
     def _slices_fit(self) -> CoordinatorSettings:
