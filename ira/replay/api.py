@@ -63,10 +63,10 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
         async with db.reader() as conn:
             try:
                 material = await recording.run_material(conn, caller.tenant_id, run_id)
+                outcome = await run_outcome(conn, caller.tenant_id, run_id)
+                return bundle_of(material, outcome, redactor=platform.settings.redactor())
             except recording.NotRecordableError as exc:
                 raise HTTPException(409, str(exc)) from exc
-            outcome = await run_outcome(conn, caller.tenant_id, run_id)
-        return bundle_of(material, outcome, redactor=platform.settings.redactor())
 
     @router.get("/replays", tags=["replays"])
     async def list_replays(caller: Principal = who) -> ReplayList:

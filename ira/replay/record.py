@@ -17,13 +17,17 @@ from ira.core.redact import Redactor
 from ira.core.replay import Outcome
 from ira.infra.bundle.format import CURRENT_VERSION, BundleDocument, Manifest, ModelCall, SourceEvent
 from ira.infra.bundle.sourced import alert_source_event, change_source_event
-from ira.readmodel.recording import RecordedBranch, RecordedTurn, RunMaterial
+from ira.readmodel.recording import NotRecordableError, RecordedBranch, RecordedTurn, RunMaterial
 
 
 def bundle_of(material: RunMaterial, outcome: Outcome, *, redactor: Redactor) -> BundleDocument:
+    """The run as a bundle; NotRecordableError when the store holds no source event of it to replay."""
+    events = _events(material)
+    if not events:
+        raise NotRecordableError(f"run {material.run_id}: no alert or change of it is stored, nothing to replay")
     observations = tuple(_recordings(material.branches))
     document = BundleDocument(
-        manifest=_manifest(material), events=_events(material), observations=observations,
+        manifest=_manifest(material), events=events, observations=observations,
         model_calls=_model_calls(material.branches),
         runbooks=runbook_files([o.result for o in observations if o.port == RUNBOOKS_PORT and o.result]),
         outcome=outcome)
