@@ -76,7 +76,7 @@ class Outcome(Model):
     draft_title: str | None = None
     draft_body: str | None = None
     approvals: list[str] = Field(default_factory=list)
-    """``action: state`` per approval (``create_ticket: approved (auto, staging)``)."""
+    """``action: state[ by who]`` per approval (``create_ticket: approved by ira (auto, staging)``)."""
     operations: list[str] = Field(default_factory=list)
     """``kind: fact state`` per Operation."""
     budget_used: dict[str, int] = Field(default_factory=dict)
