@@ -18,7 +18,7 @@ from ira.runtime.store import runs
 from ira.runtime.store.database import Database
 from ira.triage.sweep import send_due_updates
 from tests.coordinator.harness import T0, build, run_for_incident
-from tests.triage.builders import alert
+from tests.triage.builders import alert, resolved
 from tests.triage.harness import ENV, apply, handler
 
 INTERVAL = timedelta(seconds=10)
@@ -42,7 +42,7 @@ async def test_a_storm_grows_the_run_log_with_changes_and_revises_the_draft_at_m
     pump, _ = build(db, clock=clock)
     triage = handler(clock, TriageSettings(group_by=("service",), update_interval=INTERVAL,
                                            noise=NoiseSettings(enabled=False)))
-    opened = await apply(db, triage, alert("Storm0", fingerprint="fp-first", tenant_id="acme"))
+    opened = await apply(db, triage, alert("Storm0", fingerprint="fp-first", tenant_id="acme", at=T0))
     await pump.drain()
     run = await run_for_incident(db, opened.incident_id or "")
     assert run is not None and run.wait_kind == "approval"
@@ -68,3 +68,31 @@ async def test_a_storm_grows_the_run_log_with_changes_and_revises_the_draft_at_m
     assert 2 <= drafts <= most
     asked = [d for d in pump.deliveries if d.payload["kind"] == "approval_requested"]
     assert len(asked) == log.count("APPROVAL_REQUESTED") == drafts
+
+
+async def test_a_flapping_alert_yields_one_run_flapping_decisions_and_one_draft(db: Database) -> None:
+    # Given an alert whose run waits for approval, no noise worker (flapping is counted in SQL)
+    clock = FrozenClock(T0)
+    pump, _ = build(db, clock=clock)
+    triage = handler(clock, TriageSettings(update_interval=INTERVAL, noise=NoiseSettings(enabled=False)))
+    opened = await apply(db, triage, alert("Flappy", fingerprint="fp-flap", tenant_id="acme", at=T0))
+    await pump.drain()
+    run = await run_for_incident(db, opened.incident_id or "")
+    assert run is not None and run.wait_kind == "approval"
+    # When it resolves and fires again a dozen times in ten minutes
+    flips = []
+    for i in range(12):
+        clock.advance(timedelta(seconds=25))
+        status = resolved if i % 2 == 0 else alert
+        flips.append(await apply(db, triage, status(name="Flappy", fingerprint="fp-flap", tenant_id="acme",
+                                                       at=T0 + timedelta(seconds=25 * (i + 1)))))
+        await pump.drain()
+    await pump.close()
+    # Then one run; the flips past the threshold are flapping decisions, with their count as basis
+    log = await log_of(db, run.run_id)
+    assert log.count("RUN_CREATED") == 1 and [f.reason for f in flips].count("flapping") == 7
+    assert all(f.basis["flips"]["transitions"] >= 6 for f in flips if f.reason == "flapping")
+    # and the run heard the first five as incident updates, none of which changed the draft: one draft
+    assert log.count("INCIDENT_UPDATED") == 5 and log.count("DRAFT_REVISED") == 0
+    assert log.count("APPROVAL_REQUESTED") == 1
+    assert [d.payload["kind"] for d in pump.deliveries].count("approval_requested") == 1
