@@ -221,7 +221,7 @@ def _sql(conn: AsyncConnection) -> _Statements:
     return _BUILT[dialect]
 
 
-def _aware(value: Any) -> datetime | None:
+def aware(value: Any) -> datetime | None:
     """Scalar subqueries hand SQLite's datetimes back naive (or as text): make them UTC."""
     if value is None:
         return None
@@ -235,10 +235,10 @@ def _lookup(row: Row[Any]) -> Lookup:
     incident = None
     if fields["incident_id"] is not None:
         incident = IncidentRecord.model_validate({c.name: fields[c.name] for c in incidents.c})
-    alert = AlertState(status=fields["alert_status"], at=_aware(fields["alert_at"])) if fields["alert_status"] else None
+    alert = AlertState(status=fields["alert_status"], at=aware(fields["alert_at"])) if fields["alert_status"] else None
     return Lookup(incident=incident, alert=alert, active_run_id=fields["active_run_id"],
                   first_event_id=fields["first_event_id"], first_incident_id=fields["first_incident_id"],
-                  group_last_run_at=_aware(fields["group_last_run_at"]))
+                  group_last_run_at=aware(fields["group_last_run_at"]))
 
 
 _PLAN_PER_BATCH = text("SET LOCAL plan_cache_mode = force_custom_plan")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -75,3 +75,8 @@ async def due(conn: AsyncConnection, *, now: datetime, limit: int) -> list[Subsc
     query = (select(incident_updates).where(_u.due_at <= now).order_by(_u.due_at).limit(limit)
              .with_for_update(skip_locked=True))
     return [_subscription(row) for row in await conn.execute(query)]
+
+
+async def next_due(conn: AsyncConnection) -> datetime | None:
+    """When the earliest pending fold is due (None: nothing waits): read without the write lock."""
+    return (await conn.execute(select(func.min(_u.due_at)))).scalar_one_or_none()

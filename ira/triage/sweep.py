@@ -35,7 +35,13 @@ def tick_for(interval: timedelta) -> timedelta:
 
 
 async def send_due_updates(db: Database, clock: Clock, *, environment: str, limit: int = SWEEP_LIMIT) -> int:
-    """Send every due fold (up to ``limit``) in one transaction; returns how many went out."""
+    """Send every due fold (up to ``limit``) in one transaction; returns how many went out. A
+    read first (no write lock): most ticks find nothing due, and SQLite has one writer."""
+    async with db.reader() as conn:
+        earliest = await subscription_store.next_due(conn)
+    first = store.aware(earliest)  # an aggregate comes back from SQLite naive or as text
+    if first is None or first > clock.now():
+        return 0
     async with db.transaction() as conn:
         now = clock.now()
         with store.conflicts_as_retries():
@@ -56,3 +62,4 @@ async def sweep_updates(db: Database, clock: Clock, *, interval: timedelta, envi
         except (TransientError, OperationalError, InterfaceError) as exc:  # busy, away, or a consumer won the row
             log.warning("triage: sending due incident updates failed, trying again: %s", exc)
         await pause(stop, tick_for(interval).total_seconds())
+
