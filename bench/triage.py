@@ -16,6 +16,9 @@ embedded broker with the real TriageHandler in the ConsumerRunner's batched inbo
   ``kept_up`` is true when the lag in the second half of the run stayed below one second's
   worth of events and its least-squares slope (``lag_slope_per_s``) is under 5% of the rate.
   ``consumed_per_s`` counts from the first applied event to the last.
+* ``storm``: 10 incidents each with an active run, then ``--ops`` distinct follow-ups to them
+  already on the topic, drained as fast as triage can: ``events_per_s`` and the outbox rows
+  written per follow-up (coalesced incident updates: a few per incident and interval).
 
 The event mix: groups of 5 alerts (one service each) firing, then resolving; about one group
 in ten is re-sent as a duplicate under a new event id (a sender's retry). So every tenth event
@@ -41,10 +44,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 from scratch import scratch_database
+from sqlalchemy import func, select
 
 from ira.core.alert import AlertEvent, AlertStatus, Severity, SourceKind
 from ira.core.clock import SystemClock
-from ira.core.commit import OutboxMessage
+from ira.core.commit import NewRun, OutboxMessage
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -52,8 +56,11 @@ from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import Outcome, RecordOutcome
 from ira.runtime.settings.triage import TriageSettings
+from ira.runtime.store import runs
 from ira.runtime.store.database import Database
+from ira.runtime.store.schema import outbox
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
+from ira.triage.tables import incidents
 from ira.triage.worker import TriageHandler
 
 GROUP = 5
@@ -166,6 +173,65 @@ async def drain(rig: Rig, db: Database) -> dict:
             "retries": runner.stats.retries}
 
 
+FOLLOW_UP_INCIDENTS = 10
+
+
+def follow_ups(count: int, *, run: str) -> list[OutboxMessage]:
+    """A storm: ``count`` distinct alerts (a new fingerprint each) into the incidents of :func:`openers`."""
+    now = datetime.now(UTC)
+    return [_message(_alert(i % FOLLOW_UP_INCIDENTS, 1 + i, AlertStatus.FIRING, at=now, run=run)) for i in range(count)]
+
+
+async def _start_runs(db: Database) -> int:
+    """What the coordinator's C1 does for every open incident: a run, so what follows is a follow-up."""
+    async with db.transaction() as conn:
+        found = (await conn.execute(select(incidents.c.tenant_id, incidents.c.incident_id))).all()
+        for tenant_id, incident_id in found:
+            await runs.create_run(conn, NewRun(
+                tenant_id=tenant_id, run_id=f"run-{uuid.uuid4().hex}", task_id=f"task-{uuid.uuid4().hex}",
+                task_kind="diagnose", subject_ref=incident_id, workflow="incident-diagnosis@1",
+                incident_id=incident_id), at=datetime.now(UTC))
+    return len(found)
+
+
+async def _outbox_rows(db: Database) -> int:
+    async with db.reader() as conn:
+        return int((await conn.execute(select(func.count()).select_from(outbox))).scalar_one())
+
+
+async def storm(rig: Rig, db: Database) -> dict:
+    """``--ops`` follow-ups to 10 incidents with active runs, already on the topic, drained as fast as
+    triage can: events/s, and outbox rows written per follow-up (one each before updates were coalesced)."""
+    args, environment, run = rig.args, f"bench{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:6]
+    await ensure_topics(rig.kafka.bootstrap, environment, partitions=args.partitions)
+    topic = topic_name(Topic.ALERTS, environment)
+    now = datetime.now(UTC)
+    openers = [_message(_alert(g, 0, AlertStatus.FIRING, at=now, run=run)) for g in range(FOLLOW_UP_INCIDENTS)]
+    warm, timing = Timing(), Timing()
+    runner = _runner(rig, db, environment=environment, timing=lambda o: (timing if warm.last else warm)(o))
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    await _publish(rig.producer, topic, openers)
+    while _done(runner) < len(openers) and not task.done():  # the group join is not part of the measurement
+        await asyncio.sleep(0.05)
+    warm.last = warm.last or time.perf_counter()
+    started_runs, before = await _start_runs(db), await _outbox_rows(db)
+    messages = follow_ups(args.ops, run=run)
+    for start in range(0, len(messages), 1000):
+        await _publish(rig.producer, topic, messages[start:start + 1000])
+    total = len(openers) + args.ops
+    deadline = time.perf_counter() + 120 + args.ops / 100
+    while _done(runner) < total and time.perf_counter() < deadline and not task.done():
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 60)
+    if _done(runner) < total:
+        raise RuntimeError(f"only {_done(runner)} of {total} applied: {runner.stats}")
+    rows = await _outbox_rows(db) - before
+    return {"events": args.ops, "incidents_with_runs": started_runs, "events_per_s": timing.rate(args.ops),
+            "outbox_rows_per_event": round(rows / args.ops, 4), "retries": runner.stats.retries}
+
+
 async def sustained(rig: Rig, db: Database) -> dict:
     """Triage consumes while a producer in another process sends ``--rate`` events/s."""
     args, environment = rig.args, f"bench{uuid.uuid4().hex[:8]}"
@@ -256,7 +322,7 @@ async def main(args: argparse.Namespace) -> None:
         async with EmbeddedKafka(Path(tmp) / "kafka") as kafka, BusProducer(kafka.bootstrap) as producer:
             progress(f"broker on {kafka.bootstrap}; noise state: {type(noise).__name__}")
             for backend in backends:
-                for mode in (drain, sustained):
+                for mode in (m for m in (drain, sustained, storm) if m.__name__ in args.modes.split(",")):
                     async with database(backend, args.database_url, Path(tmp)) as db:
                         progress(f"{backend}: {mode.__name__} of {args.ops} events")
                         result = await mode(Rig(kafka, producer, noise, args), db)
@@ -276,6 +342,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="noise state; '' to switch it off")
     parser.add_argument("--batch-size", type=int, default=200, help="events per database transaction")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--modes", default="drain,sustained,storm", help="which measurements (comma-separated)")
     parser.add_argument("--produce", metavar="TOPIC", help=argparse.SUPPRESS)  # the sustained run's producer
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
