@@ -62,18 +62,28 @@ def alert(group: int, fingerprint: str) -> AlertEvent:
 
 
 async def tallied(bootstrap: str, app_id: str) -> int:
-    """Records of the worker's events topic it has committed (counted, not just read)."""
+    """Alerts the worker has counted: routed (its committed offsets on the alerts topic), and
+    every record it routed counted (committed on its events topic; ``route`` may send one record
+    for many alerts). The events topic is asked about only once the worker created it (the
+    broker would create a missing one with its own partition count)."""
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=app_id, enable_auto_commit=False)
     await reader.start()
     try:
-        offsets = [await reader.committed(TopicPartition(f"{app_id}-events", p)) for p in range(PARTITIONS)]
+        if f"{app_id}-events" not in await reader.topics():
+            return 0
+        source = topic_name(Topic.ALERTS, ENV)
+        routed = sum([await reader.committed(TopicPartition(source, p)) or 0 for p in range(PARTITIONS)])
+        events = [TopicPartition(f"{app_id}-events", p) for p in range(PARTITIONS)]
+        counted = [await reader.committed(tp) or 0 for tp in events]
+        ends = await reader.end_offsets(events)
     finally:
         await reader.stop()
-    return sum(o or 0 for o in offsets)
+    return routed if all(done >= ends[tp] for done, tp in zip(counted, events, strict=True)) else 0
 
 
 async def records_written(bootstrap: str, app_id: str) -> int:
-    """Records on the worker's own topics (its events topic and every table's changelog)."""
+    """Records on the worker's own topics (its events topic and every table's changelog), by the
+    broker's end offsets (Tansu's are known to be unreliable: read the figure as a hint)."""
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await reader.start()
     try:
