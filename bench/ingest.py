@@ -375,8 +375,9 @@ def slope(samples: list[float]) -> float:
     return top / sum((x - mean_x) ** 2 for x in xs)
 
 
-def per_alert_ms(cpu: dict[int, float], alerts: float) -> float:
-    return round(sum(cpu.values()) * 1000 / max(alerts, 1), 4)
+def per_alert_ms(cpu: dict[int, float], alerts: float) -> float | None:
+    """None when no alert was served (a smoke run shorter than one 100-alert request)."""
+    return round(sum(cpu.values()) * 1000 / alerts, 4) if alerts > 0 else None
 
 
 async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
@@ -430,7 +431,9 @@ def ratio(name: str, scenario: str, rounds: list[dict[str, dict[str, object]]], 
           key: str = "alerts_per_s") -> None:
     """The median over rounds of the ratio within each round (targets of one round ran back to back)."""
     values = sorted(float(r[numerator][key]) / max(float(r[denominator][key]), 1e-9)  # type: ignore[arg-type]
-                    for r in rounds)
+                    for r in rounds if r[numerator][key] is not None and r[denominator][key] is not None)
+    if not values:
+        return
     emit({"bench": "ingest", "ratio": name, "scenario": scenario, "of": key,
           "value": round(statistics.median(values), 3), "min": round(values[0], 3), "max": round(values[-1], 3),
           "rounds": len(values)})
