@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
@@ -70,19 +69,6 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
 
-def _install_postgres_hooks(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "checkout")
-    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        """A pooled connection the server closed (restart, terminated backend) is replaced.
-
-        This is the check ``pool_pre_ping`` made with a round trip per transaction (a third of
-        a no-op step's round trips); asyncpg learns of the close from the socket, so asking
-        it costs nothing. A connection cut so recently that the close is not read yet fails
-        its first statement instead, which SQLAlchemy reports as a disconnect (retried)."""
-        if dbapi_connection.driver_connection.is_closed():
-            raise DisconnectionError("the server closed this pooled connection")
-
-
 class Database:
     """The store's connection to SQLite or PostgreSQL."""
 
@@ -105,14 +91,12 @@ class Database:
             # check_same_thread: a write transaction runs inline on the loop's thread (sqlite_driver)
             options["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
-            options.update(pool_size=pool_size, max_overflow=pool_size)
+            options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             if schema:
                 options["connect_args"] = {"server_settings": {"search_path": schema}}
         engine = create_async_engine(url, **options)
         if engine.dialect.name == "sqlite":
             _install_sqlite_hooks(engine)
-        else:
-            _install_postgres_hooks(engine)
         return cls(engine)
 
     @asynccontextmanager

@@ -12,16 +12,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.model import Model
-from ira.runtime.store import native
 from ira.runtime.store.database import remember_written
-from ira.runtime.store.native import NativeStatement
 from ira.runtime.store.schema import outbox
 
 MessageKey = tuple[str, str]
@@ -57,15 +55,14 @@ def _row(m: OutboxMessage, at: datetime) -> dict[str, object]:
             "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits}
 
 
-_INSERT = NativeStatement(insert(outbox).values({c: bindparam(c) for c in (
-    "tenant_id", "message_id", "topic", "key", "value", "headers", "created_at", "awaits")}))
+_INSERT = insert(outbox)
 
 
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
     """Write messages in the caller's transaction; they are published only if it commits."""
     if not messages:
         return
-    await native.execute_many(conn, _INSERT, [_row(m, at) for m in messages])
+    await conn.execute(_INSERT, [_row(m, at) for m in messages])
     remember_written(conn, messages)
 
 

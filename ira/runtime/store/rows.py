@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -11,10 +10,7 @@ from ira.core.run import Run, RunEvent, Step
 
 
 def run_from_row(row: Row[Any]) -> Run:
-    return run_from_mapping(row._mapping)
-
-
-def run_from_mapping(m: Mapping[Any, Any]) -> Run:
+    m = row._mapping
     return Run(
         run_id=m["run_id"], tenant_id=m["tenant_id"], task_id=m["task_id"], workflow=m["workflow"],
         state=m["state"], wait_kind=m["wait_kind"], state_version=m["state_version"], last_seq=m["last_seq"],
@@ -25,10 +21,7 @@ def run_from_mapping(m: Mapping[Any, Any]) -> Run:
 
 
 def step_from_row(row: Row[Any]) -> Step:
-    return step_from_mapping(row._mapping)
-
-
-def step_from_mapping(m: Mapping[Any, Any]) -> Step:
+    m = row._mapping
     return Step(
         tenant_id=m["tenant_id"], run_id=m["run_id"], step_id=m["step_id"], kind=m["kind"], state=m["state"],
         depends_on=tuple(m["depends_on"]), required=m["required"], owner=m["owner"],

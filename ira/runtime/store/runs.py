@@ -14,8 +14,10 @@ from typing import Any, NoReturn
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy import Integer, and_, bindparam, insert, select, update
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Update
 
 from ira.core.commit import EventDraft, NewRun, RunCommit
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
@@ -24,18 +26,15 @@ from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
-from ira.runtime.store import native
-from ira.runtime.store.native import NativeStatement
 from ira.runtime.store.outbox import enqueue
-from ira.runtime.store.rows import event_from_row, run_from_mapping, run_from_row
+from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.step_statements import one_of
 from ira.runtime.store.steps import add_steps, apply_step_changes, check_fence, insert_steps, with_promotions
 
-# Prebuilt, natively run statements: see step_statements.py for why.
+# Prebuilt statements: see steps.py on why the per-step ones are built once.
 _RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
-_SELECT_RUN = NativeStatement(select(runs).where(_RUN_KEY))
-_INSERT_EVENTS = NativeStatement(insert(events).values({c.key: bindparam(c.key) for c in events.c}))
+_SELECT_RUN = select(runs).where(_RUN_KEY)
+_INSERT_EVENTS = insert(events)
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
@@ -86,7 +85,7 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     row = await _bump_version(conn, change, at=at)
     if row is None:
         await _explain_refusal(conn, change)
-    run = run_from_mapping(row)
+    run = run_from_row(row)
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
     await apply_step_changes(conn, change, at=at)
     first_seq = run.last_seq - len(change.events) + 1
@@ -95,31 +94,36 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     return run
 
 
-async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> dict[str, Any] | None:
+@cache
+def _sources_of(target: RunState) -> list[RunState]:
+    """States a run may be in for ``target`` to be legal (staying put is always legal)."""
+    return [s for s, nxt in RUN_TRANSITIONS.items() if target in nxt and s != target] + [target]
+
+
+async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Row[Any] | None:
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
-        params["new_wait_kind"] = change.wait_kind
+        params.update(new_state=change.state, new_wait_kind=change.wait_kind, sources=_sources_of(change.state))
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
-    return await native.fetch_one(conn, _bump_statement(change.state, change.outcome is not None), params)
+    statement = _bump_statement(change.state is not None, change.outcome is not None)
+    return (await conn.execute(statement, params)).first()
 
 
 @cache
-def _bump_statement(target: RunState | None, with_outcome: bool) -> NativeStatement:
-    """The compare-and-set UPDATE, built once per target state and shape of change.
-
-    ``target``'s legal source states (staying put is always legal) are part of the statement."""
+def _bump_statement(with_state: bool, with_outcome: bool) -> Update:
+    """The compare-and-set UPDATE, built once per shape of change."""
     values: dict[str, object] = {"state_version": runs.c.state_version + 1,
                                  "last_seq": runs.c.last_seq + bindparam("n_events", type_=Integer),
                                  "updated_at": bindparam("now")}
     where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")]
-    if target is not None:
-        values.update(state=target, wait_kind=bindparam("new_wait_kind"))
-        where.append(one_of(runs.c.state, {s for s, nxt in RUN_TRANSITIONS.items() if target in nxt} | {target}))
+    if with_state:
+        values.update(state=bindparam("new_state"), wait_kind=bindparam("new_wait_kind"))
+        where.append(runs.c.state.in_(bindparam("sources", expanding=True)))
     if with_outcome:
         values["outcome"] = bindparam("new_outcome")
-    return NativeStatement(update(runs).where(*where).values(**values).returning(*runs.c))
+    return update(runs).where(*where).values(**values).returning(*runs.c)
 
 
 async def _explain_refusal(conn: AsyncConnection, change: RunCommit) -> NoReturn:
@@ -159,7 +163,7 @@ async def _append_events(
 ) -> None:
     if not drafts:
         return
-    await native.execute_many(conn, _INSERT_EVENTS, [
+    await conn.execute(_INSERT_EVENTS, [
         {"tenant_id": tenant_id, "run_id": run_id, "run_seq": first_seq + i, "event_id": new_event_id(),
          "type": d.type, "at": at, "data": SHAPES.value(d.data)}
         for i, d in enumerate(drafts)
@@ -167,10 +171,10 @@ async def _append_events(
 
 
 async def get_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
-    row = await native.fetch_one(conn, _SELECT_RUN, {"k_tenant": tenant_id, "k_run": run_id})
+    row = (await conn.execute(_SELECT_RUN, {"k_tenant": tenant_id, "k_run": run_id})).first()
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
-    return run_from_mapping(row)
+    return run_from_row(row)
 
 
 async def _find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Run | None:

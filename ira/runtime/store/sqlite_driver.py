@@ -116,8 +116,6 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
             super().commit()
 
     def rollback(self) -> None:
-        if self._connection._connection is None or not self._connection._conn.in_transaction:
-            return  # nothing to undo: the pool's reset after a commit costs no trip to the thread
         if self.inline:
             self._connection._conn.rollback()
         else:
@@ -172,22 +170,6 @@ async def begin_writing(adapted: OneHopConnection) -> None:
 def end_writing(adapted: OneHopConnection) -> None:
     """Back to one hop per statement (the transaction is over: committed or rolled back)."""
     adapted.inline = False
-
-
-def _run_native(conn: sqlite3.Connection, sql: str, args: Any, many: bool) -> list[Any]:
-    if many:
-        conn.executemany(sql, args)
-        return []
-    return conn.execute(sql, args).fetchall()
-
-
-async def run_native(adapted: OneHopConnection, sql: str, args: Any, *, many: bool) -> list[Any]:
-    """A compiled statement straight on sqlite3 (see :mod:`native`): inline while writing, else one hop."""
-    conn = adapted._connection._conn
-    if adapted.inline:
-        return _run_native(conn, sql, args, many)
-    async with adapted._execute_mutex:
-        return await adapted._connection._execute(_run_native, conn, sql, args, many)  # type: ignore[no-any-return]
 
 
 def is_in_transaction(dbapi_connection: Any) -> bool:
