@@ -28,6 +28,7 @@ from datetime import timedelta
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
+from ira.runtime import runtrace
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import STEP_READY
@@ -97,8 +98,8 @@ class StepIntake:
             while len(self._eager_ids) > self.remember:
                 self._eager_ids.popitem(last=False)
             self.stats.eager += 1
-            # a fresh context: the step is not part of the span of the commit that readied it
-            self._start(envelope, contextvars.Context())
+            # the trace the wake-up carries, as its broker copy would: not the committing span's
+            self._start(envelope, runtrace.task_context(envelope.traceparent))
 
     @contextmanager
     def eager(self, db: Database) -> Iterator[None]:

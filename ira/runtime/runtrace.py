@@ -11,10 +11,12 @@ person's decision, a follow-up alert) keeps its own trace and is joined by a spa
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
@@ -51,6 +53,17 @@ def context_of(traceparent: str | None) -> Context | None:
         return None
     ctx = _W3C.extract({"traceparent": traceparent})
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def task_context(traceparent: str | None) -> contextvars.Context:
+    """A fresh context for a task that continues the trace ``traceparent`` names, as a consumer
+    does for a record's header: a step handed over in-process (eager dispatch) must land in its
+    run's trace, not in the span of the commit that readied it, nor in a trace of its own."""
+    task = contextvars.Context()
+    parent = context_of(traceparent)
+    if parent is not None:
+        task.run(otel_context.attach, parent)
+    return task
 
 
 def parent_for(run_traceparent: str | None) -> str | None:
