@@ -106,6 +106,13 @@ def build_pages(platform: Platform, sessions: Sessions) -> APIRouter:
             asks = await waiting_count(conn, viewer.tenant_id)
         return render_page("replays.html", viewer=viewer, replays=listed, asks=asks, nav="replays")
 
+    @router.get("/replays/{replay_id}")
+    async def replay_page(replay_id: str, viewer: Viewer) -> HTMLResponse:
+        async with db.reader() as conn:
+            found = await replays.replay_detail(conn, viewer.tenant_id, replay_id)
+            asks = await waiting_count(conn, viewer.tenant_id)
+        return render_page("replay.html", viewer=viewer, r=found, asks=asks, nav="replays")
+
     @router.get("/runs/{run_id}")
     async def run_page(run_id: str, request: Request, viewer: Viewer) -> HTMLResponse:
         async with db.reader() as conn:

@@ -198,6 +198,15 @@ async def test_a_run_replays_in_one_go_and_live_observations_come_from_the_confi
     assert "unmet     logs: no evidence mentions 'OutOfMemoryError'" in live
     assert re.match(r"FAIL: .* 0 difference\(s\) from the original; 1 expectation\(s\) unmet", live[-1])
 
+    async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as api:  # the dashboard says which
+        listed = (await api.get("/v1/replays")).json()["replays"]
+        by_source = {r["observations_from"]: r["replay_id"] for r in listed if r["bundle_id"] == listed[0]["bundle_id"]}
+        assert set(by_source) == {"recorded", "live"}, listed
+        page = (await api.get("/replays")).text
+        assert "observations live" in page and "observations recorded" in page
+        for source, replay_id in by_source.items():
+            assert f"observations {source}" in (await api.get(f"/replays/{replay_id}")).text
+
 
 @pytest.mark.parametrize("args", [(), ("--bundle", "x", "--run", "run_x"), ("--run", "run_x", "--observations", "y")])
 async def test_replay_takes_one_of_a_bundle_or_a_run_and_recorded_or_live(args: tuple[str, ...]) -> None:

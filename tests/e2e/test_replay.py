@@ -128,6 +128,12 @@ async def test_replays_of_a_bundle_run_in_staging_and_compare(dev_on_each_backen
         assert first["draft_body"] and first["hypotheses"] and first["facts"]
         page = (await api.get("/replays")).text  # the dashboard: the comparison side by side, marked staging
         assert all(r["replay_id"] in page for r in replays) and "staging" in page
+        assert page.count("observations recorded") == 2  # where each replay's observations came from
+        assert {r["observations_from"] for r in replays} == {"recorded"}
+        one = (await api.get(f"/replays/{replays[0]['replay_id']}")).text  # a replay's own page
+        assert replays[0]["replay_id"] in one and replays[1]["replay_id"] not in one
+        assert "observations recorded" in one and "staging" in one
+        assert (await api.get("/replays/rpl_nowhere")).status_code == 404
         assert lines[-1].split(": ", 1)[1].split(";")[0].replace("(", "") in page.replace("(", "")
         assert staging[0]["run_id"] not in (await api.get("/runs")).text
         assert staging[0]["run_id"] in (await api.get("/runs", params={"environment": "staging"})).text
