@@ -73,6 +73,9 @@ class ModelCall(Model):
     """The request with what differs in a replay masked (``ira record`` keys model calls by it)."""
     reply: dict[str, Any] | None = None
     """The reply as read (redacted): what a replay of this run is answered with."""
+    error: dict[str, Any] | None = None
+    """How the provider failed the call (code, message redacted, retryable): no reply, and a replay
+    of this run fails the same call the same way."""
 
 
 class Observation(Model):

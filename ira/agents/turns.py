@@ -41,7 +41,8 @@ async def load_turns(conn: AsyncConnection, claim: Claim) -> list[Turn]:
             call = ModelCall(provider=row.proposal.get("_provider", ""), model=row.model,
                              prompt_hash=row.prompt_hash or "", input_tokens=row.input_tokens,
                              output_tokens=row.output_tokens, cost_micros=row.cost_micros,
-                             fingerprint=row.proposal.get("_fingerprint"), reply=row.proposal.get("_reply"))
+                             fingerprint=row.proposal.get("_fingerprint"), reply=row.proposal.get("_reply"),
+                             error=row.proposal.get("_error"))
         decision = {k: v for k, v in row.proposal.items() if not k.startswith("_")}
         turns.append(Turn.model_validate({"turn": row.turn, "decision": decision, "model_call": call,
                                           "observation": observation}))
@@ -79,8 +80,10 @@ async def insert_turn(
 
 def _call_extras(call: ModelCall) -> dict[str, object]:
     """Kept beside the decision (keys starting with ``_``): the provider, and for ``ira record``
-    the request's fingerprint and the reply."""
+    the request's fingerprint and the reply (or the provider's error)."""
     extras: dict[str, object] = {"_provider": call.provider}
     if call.fingerprint is not None and call.reply is not None:
         extras |= {"_fingerprint": call.fingerprint, "_reply": call.reply}
+    if call.fingerprint is not None and call.error is not None:
+        extras |= {"_fingerprint": call.fingerprint, "_error": call.error}
     return extras

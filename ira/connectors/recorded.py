@@ -23,9 +23,9 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ira.connectors.bound import ConnectorSet
-from ira.connectors.recorded_models import RecordedModelCall, RecordedModels
+from ira.connectors.recorded_models import RecordedError, RecordedModelCall, RecordedModels, RecordedToolError
 from ira.connectors.runbooks import FileRunbookSource
-from ira.core.errors import ConnectorRejectedError, PlatformError
+from ira.core.errors import ConnectorRejectedError
 from ira.core.model import Model
 from ira.core.ports import ChangeSource, LogSource, MetricSource, RunbookSource
 from ira.core.redact import Redactor
@@ -67,23 +67,6 @@ class BundleInfo(Model):
     version: str | None = None
     source_run_id: str | None = None
     """The run this bundle was recorded from (``ira record``), when it was."""
-
-
-class RecordedError(Model):
-    """A tool call that failed: replayed as the same error, so the branch ends as it did."""
-
-    code: str
-    message: str
-    retryable: bool = False
-
-
-class RecordedToolError(PlatformError):
-    """The recorded failure of a call, raised again with its own code (``ConnectorUnavailable``...)."""
-
-    def __init__(self, error: RecordedError) -> None:
-        super().__init__(error.message)
-        self.code = error.code
-        self.retryable = error.retryable
 
 
 class Recording(Model):

@@ -89,14 +89,26 @@ def _recording(turn: RecordedTurn) -> Recording | None:
 
 
 def _model_calls(branches: tuple[RecordedBranch, ...]) -> tuple[ModelCall, ...]:
-    """Every model call an LLM policy made, by request fingerprint (the first of equal ones), with
-    its reply and usage."""
+    """Every model call an LLM policy made, by request fingerprint (the first reply of equal ones),
+    with its reply and usage; the provider errors a request got before that reply (or instead of
+    it) ride along in order, so a failed call replays as the same error."""
     found: dict[str, ModelCall] = {}
     for branch in branches:
         for turn in branch.turns:
-            fingerprint, reply = turn.decision.get("_fingerprint"), turn.decision.get("_reply")
-            if isinstance(fingerprint, str) and isinstance(reply, dict) and fingerprint not in found:
+            fingerprint, reply, error = (turn.decision.get(k) for k in ("_fingerprint", "_reply", "_error"))
+            if not isinstance(fingerprint, str):
+                continue
+            known = found.get(fingerprint)
+            if known is not None and known.response is not None:
+                continue
+            errors = known.errors if known else ()
+            if isinstance(reply, dict):
                 usage = {k: v for k, v in (reply.get("usage") or {}).items() if isinstance(v, int)}
-                found[fingerprint] = ModelCall(fingerprint=fingerprint, response=reply, usage=usage,
+                found[fingerprint] = ModelCall(fingerprint=fingerprint, response=reply, usage=usage, errors=errors,
+                                               branch=branch.kind.value)
+            elif isinstance(error, dict):
+                failure = RecordedError(code=str(error.get("code") or "error"), message=str(error.get("message") or ""),
+                                        retryable=bool(error.get("retryable")))
+                found[fingerprint] = ModelCall(fingerprint=fingerprint, errors=(*errors, failure),
                                                branch=branch.kind.value)
     return tuple(found.values())

@@ -119,3 +119,27 @@ async def test_tool_calls_of_a_run_are_answered_again_as_they_were(tmp_path: Pat
     from_files = await replay.runbooks.search(RunbookQuery(service="billing", text="backlog workers"))
     assert [h.runbook.title for h in from_files.hits] == ["Billing backlog"]  # not recorded: the bundle's files
     assert "Scale the workers." in (bundle / "runbooks" / "billing.md").read_text()
+
+
+def test_a_model_call_the_provider_failed_replays_as_its_errors_then_its_reply() -> None:
+    from pydantic import ValidationError
+
+    from ira.connectors.recorded_models import ModelNotRecordedError, RecordedModelCall, RecordedModels
+    from ira.core.errors import PlatformError
+
+    rejected = {"code": "connector_rejected", "message": "openai rejected the request: HTTP 400"}
+    reply = {"model": "gpt-fake", "text": "ok", "tool_calls": [], "usage": {"input_tokens": 1, "output_tokens": 2}}
+    models = RecordedModels((RecordedModelCall(fingerprint="sha256:a", errors=(rejected,), response=reply),
+                             RecordedModelCall(fingerprint="sha256:b", errors=(rejected,))))
+    with pytest.raises(PlatformError) as first:
+        models.reply("sha256:a")
+    assert (first.value.code, first.value.message, first.value.retryable) == (
+        "connector_rejected", rejected["message"], False)
+    assert models.reply("sha256:a", failed=1).text == "ok"  # asked again after that failure: the reply
+    for failed in (0, 3):  # a request that never got an answer fails every time, as it did
+        with pytest.raises(PlatformError, match="HTTP 400"):
+            models.reply("sha256:b", failed=failed)
+    with pytest.raises(ModelNotRecordedError):
+        models.reply("sha256:c")
+    with pytest.raises(ValidationError, match="a response or the provider's errors"):
+        RecordedModelCall(fingerprint="sha256:d")

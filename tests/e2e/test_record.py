@@ -226,12 +226,17 @@ CONCLUSION = Reply(tool="finish", arguments={"summary": f"debug key {CANARIES['m
      "unverified": ["rollback not tried"]}]}, input_tokens=700, output_tokens=90)
 
 
+async def llm_dev(tmp_path: Path, llm: str) -> DevProcess:
+    """ira dev whose logs branch is an LLM policy on the fake OpenAI-compatible provider at ``llm``."""
+    return await started(tmp_path, scenario_bundle(tmp_path), logs={"policy": "llm", "provider": "fake"},
+                         llm_providers=[{"name": "fake", "kind": "openai", "model": "gpt-fake",
+                                         "base_url": f"{llm}/v1", "api_key": "sk-test-not-a-secret-0000"}])
+
+
 async def test_an_llm_investigation_is_recorded_and_replays_from_its_recorded_model_calls(tmp_path: Path) -> None:
     fake = FakeLlm([logs_investigation, CONCLUSION])
     async with serve(fake.openai_app()) as llm:
-        dev = await started(tmp_path, scenario_bundle(tmp_path), logs={"policy": "llm", "provider": "fake"},
-                            llm_providers=[{"name": "fake", "kind": "openai", "model": "gpt-fake",
-                                            "base_url": f"{llm}/v1", "api_key": "sk-test-not-a-secret-0000"}])
+        dev = await llm_dev(tmp_path, llm)
         try:
             run = await production_run(dev, tmp_path / "scenario")
             assert len(fake.requests) == 2, json.dumps(fake.requests[1]["messages"][-2:])[:3000]
@@ -252,5 +257,38 @@ async def test_an_llm_investigation_is_recorded_and_replays_from_its_recorded_mo
             assert len(fake.requests) == 2  # every model call answered from the recording
             assert re.match(r"PASS: .* 0 difference\(s\) from the original", lines[-1]), lines[-1]
             assert any(re.match(r"branch logs\s+yes\s+done \| done", line) for line in lines)
+        finally:
+            await dev.stop()
+
+
+async def test_a_model_call_the_provider_failed_is_recorded_and_replays_as_that_error(tmp_path: Path) -> None:
+    """The provider refuses the first call (HTTP 400): the turn is invalid with its error and the
+    branch asks again. The bundle keeps that error with the request's fingerprint, before the reply
+    the same request got next, and a replay fails and then answers the same way, without a provider."""
+    conclusion = Reply(tool="finish", arguments={"summary": "seen", "hypotheses": [  # turn 1 failed: logs are turn 2
+        {"statement": "the 4.3.0 deploy broke PriceCalculator", "confidence": 0.8, "evidence_refs": ["logs-2-obs"]}]})
+    fake = FakeLlm([Reply(status=400), logs_investigation, conclusion])
+    async with serve(fake.openai_app()) as llm:
+        dev = await llm_dev(tmp_path, llm)
+        try:
+            run = await production_run(dev, tmp_path / "scenario")
+            assert len(fake.requests) == 3, json.dumps(fake.requests[-1]["messages"][-2:])[:3000]
+            out = tmp_path / "recorded"
+            assert (await ira("record", run["run_id"], "--out", str(out), "--url", dev.base_url))[0] == 0
+
+            failed, concluded = load_bundle(out).model_calls
+            assert [e.code for e in failed.errors] == ["connector_rejected"] and "HTTP 400" in failed.errors[0].message
+            assert failed.response is not None and not concluded.errors  # the retry of that request answered
+
+            code, lines = await replay(dev, out)
+
+            assert code == 0, lines
+            assert len(fake.requests) == 3  # the failure and the answers came from the recording
+            assert re.match(r"PASS: .* 0 difference\(s\) from the original", lines[-1]), lines[-1]
+            assert any(re.match(r"branch logs\s+yes\s+done \| done", line) for line in lines)
+            async with httpx.AsyncClient(base_url=dev.base_url, headers=ADMIN, timeout=10) as api:
+                staging = (await api.get("/v1/runs", params={"environment": "staging"})).json()["runs"]
+                events = (await api.get(f"/v1/runs/{staging[0]['run_id']}/events")).text
+            assert "connector_rejected" in events  # the replayed branch saw the provider's error
         finally:
             await dev.stop()

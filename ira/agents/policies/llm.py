@@ -40,7 +40,8 @@ from ira.agents.policies.digest import digest
 from ira.agents.policies.fingerprint import request_fingerprint
 from ira.agents.policies.signals import DISCOVERY
 from ira.agents.tools import bound_tools, strict_schema
-from ira.connectors.recorded_models import RecordedModels
+from ira.connectors.recorded_models import ModelNotRecordedError, RecordedModels
+from ira.core.errors import PlatformError
 from ira.core.investigation import BranchBinding, Evidence, Hypothesis
 from ira.core.llm import ChatMessage, ChatReply, ChatRequest, ToolCall, ToolSpec
 from ira.core.model import Model
@@ -147,7 +148,14 @@ class LlmPolicy:
         fingerprint = request_fingerprint(self.request, task, history)
         with self.tracer.start_as_current_span(f"chat {request.model}") as span:
             _request_attributes(span, request, provider=self.provider, task=task, prompt_hash=prompt_hash)
-            reply = self.recorded.reply(fingerprint) if self.recorded else await self.client.complete(request)
+            try:
+                reply = (self.recorded.reply(fingerprint, failed=_failures(history, fingerprint)) if self.recorded
+                         else await self.client.complete(request))
+            except PlatformError as exc:
+                if isinstance(exc, ModelNotRecordedError):
+                    raise
+                span.set_attribute("error.type", exc.code)
+                return self._failed(request, prompt_hash, fingerprint, exc)
             _reply_attributes(span, reply)
         call = ModelCall(provider=reply.provider or self.provider.kind, model=reply.model or request.model,
                          prompt_hash=prompt_hash, input_tokens=reply.usage.input_tokens,
@@ -155,6 +163,16 @@ class LlmPolicy:
                          cost_micros=self.cost(reply.usage.input_tokens, reply.usage.output_tokens),
                          fingerprint=fingerprint, reply=self.redactor.value(reply.model_dump(mode="json")))
         return unsupported(task, history, parse_reply(reply)), call
+
+    def _failed(self, request: ChatRequest, prompt_hash: str, fingerprint: str,
+                exc: PlatformError) -> tuple[Decision, ModelCall]:
+        """A call the provider failed: the turn is invalid with the provider's error, and the call
+        keeps that error by fingerprint so ``ira record`` can replay it as the same error."""
+        message = self.redactor.text(exc.message)
+        error = {"code": exc.code, "message": message, "retryable": exc.retryable}
+        call = ModelCall(provider=self.provider.kind, model=request.model, prompt_hash=prompt_hash, input_tokens=0,
+                         output_tokens=0, fingerprint=fingerprint, error=error)
+        return Invalid(error_code=exc.code, message=message, retryable=exc.retryable), call
 
     def conclude(self, task: BranchTask, history: Sequence[Turn]) -> Conclusion:
         items = {t.turn: _evidence(task, t.turn, t.observation) for t in history
@@ -171,6 +189,13 @@ class LlmPolicy:
                 hypotheses.append(Hypothesis(statement=draft.statement[:500], confidence=draft.confidence,
                                              evidence_ids=cited, unverified=draft.unverified))
         return Conclusion(evidence=tuple(items.values()), hypotheses=tuple(hypotheses))
+
+
+def _failures(history: Sequence[Turn], fingerprint: str) -> int:
+    """How often this branch already saw the provider fail this very request (a replay answers the
+    next recorded outcome of it)."""
+    return sum(1 for t in history if t.model_call is not None and t.model_call.fingerprint == fingerprint
+               and t.model_call.error is not None)
 
 
 def answered_by(policy: Policy, models: RecordedModels | None) -> Policy:
