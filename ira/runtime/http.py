@@ -38,6 +38,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,6 +61,7 @@ from ira.runtime.apidocs import install_docs
 from ira.runtime.body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyLimit
 from ira.runtime.http_errors import error_entry, error_headers, error_response, json_body, status_for
 from ira.runtime.readiness import DEFAULT_CHECK_TIMEOUT, ReadinessCheck, run_checks
+from ira.runtime.store.refusal import is_refused_value, sqlstate_of
 from ira.runtime.telemetry import METRICS_CONTENT_TYPE, Metrics
 
 logger = logging.getLogger(__name__)
@@ -245,7 +247,17 @@ def _install_error_handlers(app: FastAPI, statuses: Mapping[type[PlatformError],
         assert isinstance(exc, PlatformError)
         return _platform_response(request, exc, statuses)
 
+    async def on_database_error(_: Request, exc: Exception) -> JSONResponse:
+        # A value the database refuses (a NUL or an over-long string on PostgreSQL) is the
+        # request's fault, not the server's; the value itself is not echoed (it may be a secret).
+        if not is_refused_value(exc):
+            raise exc
+        return error_response(422, "unstorable_value", "a value of the request cannot be stored "
+                              f"(SQLSTATE {sqlstate_of(exc) or 'unknown'}): a NUL character, or a value too long or "
+                              "out of range")
+
     app.add_exception_handler(RequestValidationError, on_request_invalid)
+    app.add_exception_handler(DBAPIError, on_database_error)
     # A route that validates a body by hand (model_validate) still answers 422, not 500.
     app.add_exception_handler(ValidationError, on_request_invalid)
     app.add_exception_handler(HTTPException, on_http)

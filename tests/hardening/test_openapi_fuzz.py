@@ -20,6 +20,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ira.infra.bundle import load_bundle
+from ira.infra.demo import DEMO_BUNDLE
 from ira.runtime.platform import Platform
 from tests.hardening.harness import ADMIN, APPROVER, VIEWER, bearer, served
 from tests.hardening.test_inputs import make_run
@@ -93,3 +95,20 @@ async def test_no_input_makes_a_5xx(backend: Platform) -> None:
     assert calls >= len(operations) * EXAMPLES
     assert found == [], "\n".join(found[:20])
     print(f"schemathesis: {len(operations)} operations, {calls} calls, 0 x 5xx")
+
+
+async def test_a_value_the_database_refuses_is_422_not_a_500(backend: Platform) -> None:
+    """Found by the fuzzing above: a NUL in a replay's bundle id is stored by SQLite and refused
+    by PostgreSQL (SQLSTATE 22...), which was a 500. Now either it is stored or it is a 422 that
+    names the reason and does not echo the value."""
+    document = load_bundle(DEMO_BUNDLE).document.model_dump(mode="json")
+    document["manifest"]["bundle_id"] = "canary\x00bundle"
+    async with served(backend) as (_, client):
+        response = await client.post("/v1/replays", json=document, headers=bearer(ADMIN))
+    if backend.db.engine.dialect.name == "sqlite":
+        assert response.status_code == 202, response.text
+        return
+    assert response.status_code == 422, response.text
+    error = response.json()["errors"][0]
+    assert error["code"] == "unstorable_value" and "SQLSTATE 22" in error["message"]
+    assert "canary" not in response.text

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.envelope import DeadLetter, Envelope
 from ira.core.errors import DuplicateMessageError, PlatformError, StaleEpochError, TransientError
+from ira.runtime.store.refusal import is_refused_value
 
 UNHANDLED = "unhandled_error"
 # Infrastructure failures handlers should have translated but may not have: retry them like
@@ -103,25 +104,11 @@ _PERMANENT = (PlatformError, DataError, ValidationError, UnicodeError, json.JSON
 """Failures the same record meets again on every try: ira's own refusals (DomainError & co.),
 a value the database refuses (too long for its column, a NUL), data that does not parse."""
 
-_REFUSED_SQLSTATES = ("22", "23502", "23514")
-"""PostgreSQL's data exceptions (class 22: too long, a NUL, out of range), NOT NULL and CHECK
-violations. The asyncpg dialect raises most of them as a plain DBAPIError, not a DataError,
-so the SQLSTATE decides. (A unique violation is left out: it can be a race between replicas.)"""
-
-
 def is_lost_connection(exc: BaseException) -> bool:
     """The database connection died under the handler (a restart, a failover, a terminated
     session): SQLAlchemy says so by invalidating it, and the transaction's end then raises
     PendingRollbackError. The next try gets a new connection."""
     return isinstance(exc, PendingRollbackError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
-
-
-def is_refused_value(exc: BaseException) -> bool:
-    """Whether the database refused a value itself: the same record is refused on every try."""
-    if isinstance(exc, DataError):
-        return True
-    state = getattr(getattr(exc, "orig", None), "sqlstate", None) if isinstance(exc, DBAPIError) else None
-    return isinstance(state, str) and state.startswith(_REFUSED_SQLSTATES)
 
 
 def disposition(exc: BaseException, *, attempt: int, max_unexpected_attempts: int) -> Disposition:
