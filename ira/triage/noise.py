@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from ira.triage.decide import NoiseVerdict
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 def verdict_key(prefix: str, tenant_id: str, group_key: str) -> str:
     """The tenant in a hash tag: a tenant's verdicts share one Redis Cluster slot, so one MGET reads them."""
     return f"{prefix}triage:noise:{{{tenant_id}}}:{group_key}"
+
+
+def tally_key(prefix: str) -> str:
+    """A hash of the noise worker's running totals: ``alerts`` counted and ``records`` (re-keyed) read."""
+    return f"{prefix}triage:noise:tallied"
 
 
 def noise_verdict(
@@ -103,9 +109,14 @@ class RedisNoiseState:
 
     async def record(self, tenant_id: str, group_key: str, verdict: NoiseVerdict, *, now: datetime) -> None:
         """Write ``verdict`` so that it expires when it stops mattering (at ``verdict.until``)."""
+        await self.record_into(self._redis, tenant_id, group_key, verdict, now=now)
+
+    def record_into(self, client: Redis | Pipeline, tenant_id: str, group_key: str, verdict: NoiseVerdict, *,
+                    now: datetime) -> Any:
+        """The SET of :meth:`record` on ``client`` (a pipeline queues it; a client returns its awaitable)."""
         ttl = max(verdict.until - now, timedelta(seconds=1))
-        await self._redis.set(verdict_key(self._prefix, tenant_id, group_key), verdict.model_dump_json(),
-                              px=int(ttl.total_seconds() * 1000))
+        return client.set(verdict_key(self._prefix, tenant_id, group_key), verdict.model_dump_json(),
+                          px=int(ttl.total_seconds() * 1000))
 
 
 def _parsed(group: Group, raw: bytes | str | None) -> NoiseVerdict | None:

@@ -3,29 +3,41 @@
 Topology::
 
     ira.alerts.v1 ──route──> <app_id>-events (keyed tenant|group_key) ──tally──> Redis verdicts
-                                                    │
-                         tables: last-status (per alert), transitions + arrivals (hopping windows)
+                  (per fetch: one record per group and hop)     (counts per group and hop, in the agent)
 
-``route`` re-keys every alert event by its group key, so one group's counts live in one
-partition even when its alerts (keyed by fingerprint on ``ira.alerts.v1``) are spread over
-several. ``tally`` counts firing<->resolved transitions and arrivals per group in a hopping
-window over the event's ``received_at`` (event time, so a replay counts like the original),
-and writes a verdict to Redis when a group is flapping or storming. The tables are faust's
-derived state: each has a changelog topic and is rebuilt from it (or, if that is gone, from
-``ira.alerts.v1`` itself) after a restart. They are never the authority: triage enforces the
-cooldown in SQL whether or not this app runs.
+``route`` takes the alerts of one fetch together (``stream.take``) and re-keys them by group:
+one record per group and ``hop`` bucket of event time, carrying those alerts' fingerprints and
+statuses in order. So one group's counts live in one partition even when its alerts (keyed by
+fingerprint on ``ira.alerts.v1``) are spread over several, and a storm is one record per group
+per fetch, not one per alert. ``tally`` keeps, in the agent, per group the arrivals and the
+firing<->resolved transitions of each ``hop`` bucket and each alert's last status; the window
+ending with a bucket is the sum of the last ``window/hop`` buckets (exactly faust's hopping
+window, read at its earliest window holding the event: the last ``window`` of event time), and
+it writes a verdict to Redis when a group is flapping or storming.
 
-Settings that make faust work on the embedded Tansu broker: ``producer_max_batch_size=1``
-(table recovery reads the changelog back correctly only with one record per batch), every
-topic created with the app's ``topic_partitions`` (the source topic exists beforehand with
-the same count; an auto-created one fails with PartitionsMismatch), session/heartbeat/request
-timeouts short enough for Tansu's slow group joins, and the web server off.
+No tables, so no changelog record per update: the state is rebuilt when the worker starts
+(:func:`rebuild`) by reading the events topic up to the offsets ``tally`` committed — what it
+had counted before it stopped, and nothing it will count again. That is what lets the producer
+batch: a faust table's recovery from its changelog reads back correctly on Tansu only with one
+record per produce request (``producer_max_batch_size=1``), which made every record a request
+of its own. The state is never the authority: triage enforces the cooldown in SQL whether or
+not this app runs.
+
+Other settings that make faust work on the embedded Tansu broker: every topic created with the
+app's ``topic_partitions`` (the source topic exists beforehand with the same count; an
+auto-created one fails with PartitionsMismatch), session/heartbeat/request timeouts short
+enough for Tansu's slow group joins, and the web server off.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from datetime import UTC, datetime, timedelta
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
@@ -36,8 +48,13 @@ from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
 from ira.core.model import Model
 from ira.runtime.settings.triage import TriageSettings
+from ira.triage.decide import NoiseVerdict
 from ira.triage.grouping import group_key, group_labels
-from ira.triage.noise import RedisNoiseState, noise_verdict
+from ira.triage.noise import RedisNoiseState, noise_verdict, tally_key
+
+log = logging.getLogger(__name__)
+TAKE, TAKE_WITHIN = 1000, 0.2
+"""``route`` re-keys up to this many alerts together, waiting at most this long (seconds) for them."""
 
 
 class NoiseWorkerConfig(Model):
@@ -54,8 +71,13 @@ class NoiseWorkerConfig(Model):
     """``TriageSettings`` as JSON."""
     log_level: str = "info"
 
+    @property
+    def events_topic(self) -> str:
+        return f"{self.app_id}-events"
 
-class NoiseEvent(faust.Record, serializer="json"):
+
+@dataclass(frozen=True, slots=True)
+class NoiseEvent:
     """One alert event as the windows see it."""
 
     tenant_id: str
@@ -85,68 +107,139 @@ def is_transition(previous: str, status: str) -> bool:
     return previous in (AlertStatus.FIRING, AlertStatus.RESOLVED) and previous != status
 
 
-def build_app(config: NoiseWorkerConfig) -> faust.App:
-    """The app with its topics, tables and agents; nothing connects until the worker starts it."""
+def routed(events: Iterable[NoiseEvent], hop: float) -> list[tuple[bytes, bytes]]:
+    """The events-topic records (key, value) for some alert events: one per group and ``hop`` bucket.
+
+    A record holds its alerts' ``[fingerprint, status]`` in their order (an alert's events keep
+    their order: its records share one source partition) and the latest ``at`` among them.
+    """
+    records: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for event in events:
+        bucket = math.floor(event.at / hop)
+        record = records.get((event.tenant_id, event.group_key, bucket))
+        if record is None:
+            record = records[(event.tenant_id, event.group_key, bucket)] = {
+                "tenant_id": event.tenant_id, "group_key": event.group_key, "bucket": bucket, "at": event.at,
+                "alerts": []}
+        record["alerts"].append((event.fingerprint, event.status))
+        record["at"] = max(record["at"], event.at)
+    return [(f"{tenant}|{group}".encode(), json.dumps(record, separators=(",", ":")).encode())
+            for (tenant, group, _), record in records.items()]
+
+
+@dataclass(slots=True)
+class Counted:
+    """One events-topic record once counted: its group, the window's counts after it, its latest time."""
+
+    tenant_id: str
+    group_key: str
+    added: int
+    """The record's own alerts."""
+    transitions: int
+    alerts: int
+    at: float
+
+
+@dataclass
+class NoiseWindows:
+    """Per group: arrivals and transitions per ``hop`` bucket of event time; per alert: its last status.
+
+    The window read after a record is the sum of the ``window/hop`` buckets ending with the
+    record's (the last ``window`` of event time). Buckets more than a window behind the latest
+    seen, and the last status of alerts quiet for longer than a window, are dropped: memory
+    stays bounded under a storm of distinct alerts (a change after a quiet spell longer than
+    the window is not counted as a transition — it is no flap).
+    """
+
+    window: float
+    hop: float
+    buckets: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    """``tenant|group`` -> bucket -> [alerts, transitions]"""
+    last: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """``tenant|group|fingerprint`` -> (status, at)"""
+    latest: int | None = None
+    """The latest bucket seen (the clock of the pruning)."""
+
+    @property
+    def width(self) -> int:
+        return max(1, math.ceil(self.window / self.hop))
+
+    def count(self, value: bytes) -> Counted | None:
+        """Count one events-topic record; None if it is unreadable (skipped, as poison is)."""
+        try:
+            record = json.loads(value)
+            tenant, key, bucket, at = record["tenant_id"], record["group_key"], int(record["bucket"]), record["at"]
+            alerts = [(str(fingerprint), str(status)) for fingerprint, status in record["alerts"]]
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable noise record skipped")
+            return None
+        group = f"{tenant}|{key}"
+        transitions = 0
+        for fingerprint, status in alerts:
+            alert = f"{group}|{fingerprint}"
+            previous = self.last.get(alert)
+            if previous is not None and is_transition(previous[0], status):
+                transitions += 1
+            self.last[alert] = (status, at)
+        counts = self.buckets.setdefault(group, {}).setdefault(bucket, [0, 0])
+        counts[0] += len(alerts)
+        counts[1] += transitions
+        self._advance(bucket)
+        window = [self.buckets[group].get(b) for b in range(bucket - self.width + 1, bucket + 1)]
+        return Counted(tenant_id=tenant, group_key=key, added=len(alerts), alerts=sum(c[0] for c in window if c),
+                       transitions=sum(c[1] for c in window if c), at=at)
+
+    def _advance(self, bucket: int) -> None:
+        if self.latest is not None and bucket <= self.latest:
+            return
+        self.latest = bucket
+        oldest = bucket - self.width
+        for group, counts in list(self.buckets.items()):
+            for old in [b for b in counts if b <= oldest]:
+                del counts[old]
+            if not counts:
+                del self.buckets[group]
+        horizon = (oldest + 1) * self.hop - self.window
+        for alert in [a for a, (_, at) in self.last.items() if at < horizon]:
+            del self.last[alert]
+
+
+def build_app(config: NoiseWorkerConfig, windows: NoiseWindows | None = None) -> faust.App:
+    """The app with its topics and agents (``windows``: the state :func:`rebuild` made); nothing
+    connects until the worker starts it."""
     settings = TriageSettings.model_validate(config.triage)
     app = faust.App(
         config.app_id, broker=[f"kafka://{s.strip()}" for s in config.bootstrap.split(",")], store="memory://",
-        datadir=config.data_dir, web_enabled=False, web_host="127.0.0.1", producer_max_batch_size=1,
+        datadir=config.data_dir, web_enabled=False, web_host="127.0.0.1", producer_linger=0.005,
         topic_partitions=config.partitions, topic_replication_factor=1, consumer_auto_offset_reset="earliest",
         broker_session_timeout=6.0, broker_heartbeat_interval=1.0, broker_request_timeout=20.0,
-        broker_commit_interval=1.0, table_cleanup_interval=30.0)
-    _wire(app, config, settings)
+        broker_commit_interval=1.0)
+    _wire(app, config, settings, windows or new_windows(settings))
     return app
 
 
-def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings) -> None:
-    size, step = settings.noise.window.total_seconds(), settings.noise.hop.total_seconds()
+def new_windows(settings: TriageSettings) -> NoiseWindows:
+    return NoiseWindows(window=settings.noise.window.total_seconds(), hop=settings.noise.hop.total_seconds())
+
+
+def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings, windows: NoiseWindows) -> None:
     source = app.topic(config.source_topic, key_serializer="raw", value_serializer="raw")
-    events = app.topic(f"{config.app_id}-events", key_type=str, value_type=NoiseEvent, internal=True)
-    last_status = app.Table("last-status", default=str)
-    transitions = _Window(app, "transitions", size=size, step=step)
-    arrivals = _Window(app, "arrivals", size=size, step=step)
+    events = app.topic(config.events_topic, key_serializer="raw", value_serializer="raw", internal=True)
     verdicts = _Verdicts(config, settings)
-    app.agent(source, name="route")(_router(settings, events))
+
+    @app.agent(source)
+    async def route(stream: Any) -> None:
+        """Re-key a fetch's alerts by group: one record per group and hop bucket."""
+        async for values in stream.take(TAKE, within=TAKE_WITHIN):
+            parsed = [noise_event(value, settings) for value in values]
+            for key, value in routed([e for e in parsed if e is not None], windows.hop):
+                await events.send(key=key, value=value)
 
     @app.agent(events)
     async def tally(stream: Any) -> None:
-        async for event in stream:
-            group = f"{event.tenant_id}|{event.group_key}"
-            alert = f"{group}|{event.fingerprint}"
-            if is_transition(last_status[alert], event.status):
-                transitions.count[group] += 1
-            last_status[alert] = event.status
-            arrivals.count[group] += 1
-            await verdicts.judge(event, transitions=transitions.read[group].value(),
-                                 alerts=arrivals.read[group].value())
-
-
-def _router(settings: TriageSettings, events: Any) -> Any:
-    """Re-key alert events by group key, so one group's counts live in one partition."""
-
-    async def route(stream: Any) -> None:
-        async for value in stream:
-            event = noise_event(value, settings)
-            if event is not None:
-                await events.send(key=f"{event.tenant_id}|{event.group_key}", value=event)
-
-    return route
-
-
-class _Window:
-    """A hopping-window count on event time, with a writer and a reader view of one table.
-
-    Every event adds to all ``size/step`` windows holding its ``at``. The reader asks for the
-    *earliest* of them (the one reaching furthest back, covering the last ``size - step`` to
-    ``size`` seconds): its clock is shifted by ``size - step``, because faust's ``value()``
-    returns the latest window holding the given time. (``current()``/``delta()`` would not do:
-    they read by the Kafka record's timestamp whatever the table's relativity says.)
-    """
-
-    def __init__(self, app: faust.App, name: str, *, size: float, step: float) -> None:
-        table = app.Table(name, default=int).hopping(size, step, expires=timedelta(seconds=size * 2))
-        self.count = table.relative_to_field(NoiseEvent.at)  # type: ignore[arg-type]  # a faust field descriptor
-        self.read = table.relative_to(lambda event: event.value.at - (size - step))  # type: ignore[attr-defined]
+        async for values in stream.take(TAKE, within=TAKE_WITHIN):
+            counted = [c for c in map(windows.count, values) if c is not None]
+            await verdicts.judge(counted)
 
 
 class _Verdicts:
@@ -154,23 +247,75 @@ class _Verdicts:
 
     def __init__(self, config: NoiseWorkerConfig, settings: TriageSettings) -> None:
         self._config, self._settings = config, settings
-        self._state: RedisNoiseState | None = None
+        self._redis: Any = None
 
-    async def judge(self, event: NoiseEvent, *, transitions: int, alerts: int) -> None:
-        at = datetime.fromtimestamp(event.at, UTC)
-        verdict = noise_verdict(transitions=transitions, alerts=alerts, at=at, settings=self._settings.noise,
-                                cooldown=self._settings.cooldown)
+    async def judge(self, counted: Sequence[Counted]) -> None:
+        """One Redis round trip for a batch: each group's verdict lasting longest, and the tally's
+        running totals (``alerts``, ``records``) under :func:`ira.triage.noise.tally_key`."""
         now = datetime.now(UTC)
-        if verdict is None or verdict.until <= now:
-            return  # calm, or an old event replayed during a rebuild
-        await self._redis().record(event.tenant_id, event.group_key, verdict, now=now)
+        found: dict[tuple[str, str], NoiseVerdict] = {}
+        for count in counted:
+            verdict = noise_verdict(transitions=count.transitions, alerts=count.alerts,
+                                    at=datetime.fromtimestamp(count.at, UTC), settings=self._settings.noise,
+                                    cooldown=self._settings.cooldown)
+            if verdict is None or verdict.until <= now:
+                continue  # calm, or an old event replayed during a rebuild
+            group = (count.tenant_id, count.group_key)
+            if group not in found or verdict.until >= found[group].until:
+                found[group] = verdict
+        state = RedisNoiseState(self._client(), prefix=self._config.key_prefix)
+        async with self._client().pipeline(transaction=False) as pipe:
+            for (tenant_id, key), verdict in found.items():
+                state.record_into(pipe, tenant_id, key, verdict, now=now)
+            pipe.hincrby(tally_key(self._config.key_prefix), "records", len(counted))
+            pipe.hincrby(tally_key(self._config.key_prefix), "alerts", sum(c.added for c in counted))
+            await pipe.execute()
 
-    def _redis(self) -> RedisNoiseState:
-        if self._state is None:
+    def _client(self) -> Any:
+        if self._redis is None:
             from redis.asyncio import Redis
 
-            self._state = RedisNoiseState(Redis.from_url(self._config.redis_url), prefix=self._config.key_prefix)
-        return self._state
+            self._redis = Redis.from_url(self._config.redis_url)
+        return self._redis
+
+
+async def rebuild(config: NoiseWorkerConfig, windows: NoiseWindows, *, within: float = 120.0) -> int:
+    """Count into ``windows`` the events topic up to the offsets ``tally`` committed: the state it
+    had when it stopped (what it had not committed it counts again when it resumes, not twice).
+
+    Reads from the beginning of the topic (Tansu has no offsets by time), so a restart costs one
+    pass over the re-keyed records (one per group and hop per fetch). Gives up after ``within``
+    seconds and starts with what it read (advisory state). Returns the records counted.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    reader = AIOKafkaConsumer(bootstrap_servers=config.bootstrap, group_id=config.app_id, enable_auto_commit=False)
+    await reader.start()
+    try:
+        if config.events_topic not in await reader.topics():
+            return 0  # never asked for before it exists: the broker would create it with its own partition count
+        partitions = [TopicPartition(config.events_topic, p) for p in range(config.partitions)]
+        committed = {tp: await reader.committed(tp) or 0 for tp in partitions}
+        wanted = {tp for tp in partitions if committed[tp] > 0}
+        if not wanted:
+            return 0
+        reader.assign(list(wanted))
+        await reader.seek_to_beginning(*wanted)
+        counted, deadline = 0, asyncio.get_running_loop().time() + within
+        while wanted and asyncio.get_running_loop().time() < deadline:
+            for tp, records in (await reader.getmany(*wanted, timeout_ms=500)).items():
+                for record in records:
+                    if record.offset < committed[tp] and record.value is not None:
+                        windows.count(record.value)
+                        counted += 1
+                if records and records[-1].offset + 1 >= committed[tp]:
+                    wanted.discard(tp)
+                    reader.pause(tp)
+        if wanted:
+            log.warning("noise state rebuilt only in part (%d records; %d partitions unfinished)", counted, len(wanted))
+        return counted
+    finally:
+        await reader.stop()
 
 
 def config_from_stdin(raw: str) -> NoiseWorkerConfig:

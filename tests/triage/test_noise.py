@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from ira.core.alert import AlertEvent
@@ -25,7 +24,7 @@ from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.runtime.store.database import Database
-from ira.triage.noise import RedisNoiseState, verdict_key
+from ira.triage.noise import RedisNoiseState, tally_key, verdict_key
 from ira.triage.noise_app import NoiseWorkerConfig
 from ira.triage.noise_process import NoiseWorkerProcess
 from tests.eventually import eventually
@@ -116,7 +115,7 @@ async def test_the_noise_state_is_rebuilt_from_its_changelog_after_a_restart(
     first = noise_worker(kafka, bus_env, tmp_path=tmp_path, redis_url=redis_url, prefix=redis_prefix, app_id=app_id)
     async with running(first):
         await publish(producer, bus_env, cycles(now, 0, 3))  # 5 transitions: one short of flapping
-        await eventually(lambda: tallied(kafka, app_id, 6), timeout=60, message="first worker tallied")
+        await eventually(lambda: tallied(redis, redis_prefix, 6), timeout=60, message="first worker tallied")
     assert not await redis.exists(key)
 
     second = noise_worker(kafka, bus_env, tmp_path=tmp_path, redis_url=redis_url, prefix=redis_prefix, app_id=app_id)
@@ -129,16 +128,9 @@ async def test_the_noise_state_is_rebuilt_from_its_changelog_after_a_restart(
     assert first.pid != second.pid and not is_alive(second.pid or 0)
 
 
-async def tallied(kafka: EmbeddedKafka, app_id: str, expected: int) -> bool:
-    """True once the faust app committed ``expected`` records of its events topic (counted, not just read)."""
-    topic = f"{app_id}-events"
-    reader = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=app_id, enable_auto_commit=False)
-    await reader.start()
-    try:
-        offsets = [await reader.committed(TopicPartition(topic, p)) for p in range(TEST_PARTITIONS)]
-    finally:
-        await reader.stop()
-    return sum(o or 0 for o in offsets) >= expected
+async def tallied(redis: Redis, prefix: str, expected: int) -> bool:
+    """True once the faust app counted ``expected`` alerts (its running total in Redis)."""
+    return int(await redis.hget(tally_key(prefix), "alerts") or 0) >= expected
 
 
 async def test_a_dead_noise_worker_is_restarted_and_none_outlives_its_supervisor(
