@@ -1,16 +1,15 @@
 """Benchmark: CPU per alert of triage's faust noise worker (a real child process, embedded broker).
 
 Every alert the webhook accepts is counted by the noise worker too (``ira.triage.noise_app``):
-re-keyed by group, tallied in windowed tables whose every write is a changelog record, and on
-the embedded broker each record is a produce request of its own. So its CPU per alert, and the
-broker's, are part of what an alert costs the whole pipeline (``bench/ingest.py --pipeline``
-shows them beside the rest); this measures them alone.
+re-keyed by group (one record per group and hop per fetch) and tallied in windows kept in the
+agent. So its CPU per alert, and the broker's, are part of what an alert costs the whole
+pipeline (``bench/ingest.py --pipeline`` shows them beside the rest); this measures them alone.
 
 Starts the embedded Tansu broker and Redis, the noise worker as triage starts it, publishes
 ``--alerts`` distinct firing alerts into ``--groups`` groups (the webhook's envelopes, keyed as
-the sources role keys them), and waits until the worker has tallied all of them (its committed
-offsets on its events topic). Prints one JSON line per round: alerts/s and CPU ms per alert of
-the worker and of the broker.
+the sources role keys them), and waits until the worker has tallied all of them (its running
+totals in Redis). Prints one JSON line per round: alerts/s, CPU ms per alert of the worker and
+of the broker, and the records the worker produced per alert.
 
 Usage: python bench/noise.py [--alerts 3000] [--groups 10] [--rounds 2] [--ops N]
 """
@@ -31,7 +30,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.asyncio import Redis
 
 from ira.core.alert import ALERT_MESSAGE, AlertEvent, AlertStatus, Severity, SourceKind
 from ira.core.envelope import Envelope, Topic, topic_name
@@ -40,11 +39,13 @@ from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.settings.triage import TriageSettings
+from ira.triage.noise import tally_key
 from ira.triage.noise_app import NoiseWorkerConfig
 from ira.triage.noise_process import NoiseWorkerProcess
 
 ENV = "noisebench"
 PARTITIONS = 3
+PREFIX = "bench:"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -61,44 +62,19 @@ def alert(group: int, fingerprint: str) -> AlertEvent:
                       annotations={"summary": "bench"}, starts_at=now, received_at=now, service="bench")
 
 
-async def tallied(bootstrap: str, app_id: str) -> int:
-    """Alerts the worker has counted: routed (its committed offsets on the alerts topic), and
-    every record it routed counted (committed on its events topic; ``route`` may send one record
-    for many alerts). The events topic is asked about only once the worker created it (the
-    broker would create a missing one with its own partition count)."""
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=app_id, enable_auto_commit=False)
-    await reader.start()
-    try:
-        if f"{app_id}-events" not in await reader.topics():
-            return 0
-        source = topic_name(Topic.ALERTS, ENV)
-        routed = sum([await reader.committed(TopicPartition(source, p)) or 0 for p in range(PARTITIONS)])
-        events = [TopicPartition(f"{app_id}-events", p) for p in range(PARTITIONS)]
-        counted = [await reader.committed(tp) or 0 for tp in events]
-        ends = await reader.end_offsets(events)
-    finally:
-        await reader.stop()
-    return routed if all(done >= ends[tp] for done, tp in zip(counted, events, strict=True)) else 0
+async def tallied(redis: Redis) -> tuple[int, int]:
+    """Alerts the worker has counted and the re-keyed records it read to count them (its running
+    totals in Redis, written after each batch it tallied). The worker writes no other records
+    (no changelogs), so ``records`` is all it produced: counted in the code, not from Tansu's end
+    offsets, which are wrong for batched produces."""
+    totals = await redis.hgetall(tally_key(PREFIX))
+    return int(totals.get(b"alerts", 0)), int(totals.get(b"records", 0))
 
 
-async def records_written(bootstrap: str, app_id: str) -> int:
-    """Records on the worker's own topics (its events topic and every table's changelog), by the
-    broker's end offsets (Tansu's are known to be unreliable: read the figure as a hint)."""
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await reader.start()
-    try:
-        topics = [t for t in await reader.topics() if t.startswith(app_id)]
-        partitions = [TopicPartition(t, p) for t in topics for p in reader.partitions_for_topic(t) or ()]
-        ends = await reader.end_offsets(partitions) if partitions else {}
-    finally:
-        await reader.stop()
-    return sum(ends.values())
-
-
-async def wait_tallied(bootstrap: str, app_id: str, count: int, *, within: float) -> float | None:
+async def wait_tallied(redis: Redis, count: int, *, within: float) -> float | None:
     began = time.monotonic()
     while time.monotonic() - began < within:
-        if await tallied(bootstrap, app_id) >= count:
+        if (await tallied(redis))[0] >= count:
             return time.monotonic() - began
         await asyncio.sleep(0.25)
     return None
@@ -135,40 +111,42 @@ async def run(args: argparse.Namespace) -> None:
             app_id = f"noise-{uuid.uuid4().hex[:8]}"
             config = NoiseWorkerConfig(bootstrap=bootstrap, source_topic=topic_name(Topic.ALERTS, ENV), app_id=app_id,
                                        partitions=PARTITIONS, data_dir=str(tmp / "noise"), redis_url=redis_url,
-                                       key_prefix="bench:", triage=TriageSettings().model_dump(mode="json"))
+                                       key_prefix=PREFIX, triage=TriageSettings().model_dump(mode="json"))
             worker = NoiseWorkerProcess(config, log_path=tmp / "noise.log")
             stop = asyncio.Event()
             supervised = asyncio.create_task(worker.run(stop))
             producer = BusProducer(bootstrap)
             await producer.start()
+            redis = Redis.from_url(redis_url)
             try:
                 await publish(producer, 1, 1)
-                if await wait_tallied(bootstrap, app_id, 1, within=120) is None:
+                if await wait_tallied(redis, 1, within=120) is None:
                     raise SystemExit(f"the noise worker never tallied; see {tmp / 'noise.log'}")
                 done = 1
                 for number in range(1, args.rounds + 1):
-                    done = await one_round(args, number, producer, bootstrap, app_id,
+                    done = await one_round(args, number, producer, redis,
                                            pids={"noise_worker": worker.pid or 0, "broker": broker_pid}, done=done)
             finally:
+                await redis.aclose()
                 await producer.stop()
                 stop.set()
                 await asyncio.wait_for(supervised, 30)
 
 
-async def one_round(args: argparse.Namespace, number: int, producer: BusProducer, bootstrap: str, app_id: str, *,
+async def one_round(args: argparse.Namespace, number: int, producer: BusProducer, redis: Redis, *,
                     pids: dict[str, int], done: int) -> int:
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    written = await records_written(bootstrap, app_id)
+    _, written = await tallied(redis)
     began = time.monotonic()
     await publish(producer, args.alerts, args.groups)
-    waited = await wait_tallied(bootstrap, app_id, done + args.alerts, within=300)
+    waited = await wait_tallied(redis, done + args.alerts, within=300)
     seconds = time.monotonic() - began
     cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
-    written = await records_written(bootstrap, app_id) - written
+    written = (await tallied(redis))[1] - written
     print(json.dumps({"bench": "noise", "round": number, "alerts": args.alerts, "groups": args.groups,
                       "tallied": waited is not None, "seconds": round(seconds, 2),
                       "alerts_per_s": round(args.alerts / seconds, 1),
-                      "records_written_per_alert": round(written / args.alerts, 2),
+                      "records_produced_per_alert": round(written / args.alerts, 2),
                       **{f"{name}_cpu_ms_per_alert": round(value * 1000 / args.alerts, 4)
                          for name, value in cpu.items()},
                       "load1": round(os.getloadavg()[0], 2)}), flush=True)
