@@ -11,7 +11,7 @@ the sources role keys them), and waits until the worker has tallied all of them 
 totals in Redis). Prints one JSON line per round: alerts/s, CPU ms per alert of the worker and
 of the broker, and the records the worker produced per alert.
 
-Usage: python bench/noise.py [--alerts 3000] [--groups 10] [--rounds 2] [--ops N]
+Usage: python bench/noise.py [--alerts 3000] [--groups 10] [--rounds 2] [--together 100] [--ops N]
 """
 
 from __future__ import annotations
@@ -80,10 +80,11 @@ async def wait_tallied(redis: Redis, count: int, *, within: float) -> float | No
     return None
 
 
-async def publish(producer: BusProducer, alerts: int, groups: int) -> None:
+async def publish(producer: BusProducer, alerts: int, groups: int, together: int = 100) -> None:
+    """``together`` alerts at a time, each time waiting for the broker's acks (1: one alert after another)."""
     topic = topic_name(Topic.ALERTS, ENV)
-    for start in range(0, alerts, 100):
-        events = [alert(i % groups, uuid.uuid4().hex[:16]) for i in range(start, min(alerts, start + 100))]
+    for start in range(0, alerts, together):
+        events = [alert(i % groups, uuid.uuid4().hex[:16]) for i in range(start, min(alerts, start + together))]
         await asyncio.gather(*(producer.publish(topic, f"{e.tenant_id}:{e.fingerprint}", Envelope(
             message_id=e.event_id, type=ALERT_MESSAGE, tenant_id=e.tenant_id, occurred_at=e.received_at,
             payload=e.model_dump(mode="json"))) for e in events))
@@ -138,12 +139,13 @@ async def one_round(args: argparse.Namespace, number: int, producer: BusProducer
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     _, written = await tallied(redis)
     began = time.monotonic()
-    await publish(producer, args.alerts, args.groups)
+    await publish(producer, args.alerts, args.groups, args.together)
     waited = await wait_tallied(redis, done + args.alerts, within=300)
     seconds = time.monotonic() - began
     cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     written = (await tallied(redis))[1] - written
     print(json.dumps({"bench": "noise", "round": number, "alerts": args.alerts, "groups": args.groups,
+                      "together": args.together,
                       "tallied": waited is not None, "seconds": round(seconds, 2),
                       "alerts_per_s": round(args.alerts / seconds, 1),
                       "records_produced_per_alert": round(written / args.alerts, 2),
@@ -164,6 +166,7 @@ def main() -> None:
     parser.add_argument("--alerts", type=int, default=3000)
     parser.add_argument("--groups", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--together", type=int, default=100, help="alerts published at a time (1: single alerts)")
     parser.add_argument("--ops", type=int, help="smoke run: this many alerts, one round")
     args = parser.parse_args()
     # SIGTERM (a time limit) must still run the cleanup: the embedded Redis daemonizes.

@@ -199,7 +199,7 @@ class NoiseWindows:
                 del counts[old]
             if not counts:
                 del self.buckets[group]
-        horizon = (oldest + 1) * self.hop - self.window
+        horizon = (oldest + 1) * self.hop  # where the window of the latest bucket begins
         for alert in [a for a, (_, at) in self.last.items() if at < horizon]:
             del self.last[alert]
 

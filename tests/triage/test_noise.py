@@ -106,7 +106,7 @@ async def _first_evaluation(db: Database) -> dict | None:
     return found[0] if found else None
 
 
-async def test_the_noise_state_is_rebuilt_from_its_changelog_after_a_restart(
+async def test_the_noise_state_is_rebuilt_after_a_restart(
     kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, redis: Redis, redis_url: str, redis_prefix: str,
     tmp_path: Path,
 ) -> None:

@@ -1,4 +1,4 @@
-"""The noise rules without faust: transitions, verdicts, which records count (pure)."""
+"""The noise rules without faust: transitions, verdicts, which records count, the windows (pure)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from ira.core.alert import AlertStatus
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.triage.noise import noise_verdict, verdict_key
-from ira.triage.noise_app import is_transition, noise_event
+from ira.triage.noise_app import NoiseEvent, NoiseWindows, is_transition, noise_event, routed
 from tests.triage.builders import T0, alert, change, envelope
 
 NOISE = NoiseSettings(window=timedelta(minutes=5), hop=timedelta(minutes=1), flapping_transitions=6, storm_alerts=50)
@@ -52,3 +52,68 @@ def test_records_that_count_are_alerts_keyed_by_their_group() -> None:
 
 def test_verdict_keys_are_scoped_by_prefix_and_tenant() -> None:
     assert verdict_key("ira:prod:", "acme", "{a=\"b\"}") == 'ira:prod:triage:noise:{acme}:{a="b"}'
+
+
+def event(fingerprint: str, status: str, at: float, group: str = "g1", tenant: str = "acme") -> NoiseEvent:
+    return NoiseEvent(tenant_id=tenant, group_key=group, fingerprint=fingerprint, status=status, at=at)
+
+
+def flips(fingerprint: str, start: float, count: int, step: float = 3.0) -> list[NoiseEvent]:
+    """``count`` events of one alert, firing and resolved in turn, ``step`` seconds apart."""
+    return [event(fingerprint, ("firing", "resolved")[i % 2], start + i * step) for i in range(count)]
+
+
+def windows() -> NoiseWindows:
+    return NoiseWindows(window=60.0, hop=10.0)
+
+
+def test_a_fetch_is_routed_as_one_record_per_group_and_hop() -> None:
+    events = [event("a", "firing", 100.0), event("b", "firing", 101.0, group="g2"), event("a", "resolved", 105.0),
+              event("c", "firing", 112.0), event("a", "firing", 109.0, tenant="other")]
+
+    records = routed(events, hop=10.0)
+
+    assert [key for key, _ in records] == [b"acme|g1", b"acme|g2", b"acme|g1", b"other|g1"]
+    assert b'"alerts":[["a","firing"],["a","resolved"]]' in records[0][1] and b'"at":105.0' in records[0][1]
+
+
+def test_counting_a_fetch_at_once_counts_as_one_event_at_a_time() -> None:
+    events = flips("a", 100.0, 9) + flips("b", 101.0, 4) + [event("c", "firing", 130.0)]
+    together, alone = windows(), windows()
+
+    last = [together.count(value) for _, value in routed(events, hop=10.0)][-1]
+    for one in events:
+        single = alone.count(routed([one], hop=10.0)[0][1])
+
+    assert last is not None and single is not None
+    assert (last.transitions, last.alerts) == (single.transitions, single.alerts) == (8 + 3, 14)
+    assert together.buckets == alone.buckets
+
+
+def test_the_window_is_the_last_window_of_event_time() -> None:
+    state = windows()
+    for _, value in routed(flips("a", 100.0, 7, step=5.0), hop=10.0):  # 100..130: six transitions
+        counted = state.count(value)
+    assert counted is not None and (counted.transitions, counted.alerts) == (6, 7)
+
+    later = state.count(routed([event("b", "firing", 165.0)], hop=10.0)[0][1])  # buckets 11..16: 110..169
+
+    assert later is not None and (later.transitions, later.alerts) == (5, 6)  # the events at 100 and 105 are out
+
+
+def test_state_older_than_a_window_is_dropped() -> None:
+    state = windows()
+    state.count(routed([event("a", "firing", 100.0)] + flips("b", 100.0, 3), hop=10.0)[0][1])
+    state.count(routed([event("c", "firing", 175.0)], hop=10.0)[0][1])  # bucket 17: buckets up to 11 go
+
+    assert state.buckets == {"acme|g1": {17: [1, 0]}}
+    assert set(state.last) == {"acme|g1|c"}
+    resolved = state.count(routed([event("a", "resolved", 176.0)], hop=10.0)[0][1])
+    assert resolved is not None and resolved.transitions == 0  # after a quiet window: no flap
+
+
+def test_an_unreadable_record_is_skipped() -> None:
+    state = windows()
+
+    assert state.count(b"not json") is None and state.count(b'{"tenant_id":"acme"}') is None
+    assert state.buckets == {} and state.last == {}
