@@ -159,13 +159,20 @@ class NoiseWindows:
     """``tenant|group|fingerprint`` -> (status, at)"""
     latest: int | None = None
     """The latest bucket seen (the clock of the pruning)."""
+    offsets: dict[int, dict[int, int]] = field(default_factory=dict)
+    """events partition -> bucket -> offset of its first record there (what a rebuild must read from)"""
+    next_offsets: dict[int, int] = field(default_factory=dict)
+    """events partition -> the offset after the last record counted"""
 
     @property
     def width(self) -> int:
         return max(1, math.ceil(self.window / self.hop))
 
-    def count(self, value: bytes) -> Counted | None:
-        """Count one events-topic record; None if it is unreadable (skipped, as poison is)."""
+    def count(self, value: bytes, *, partition: int | None = None, offset: int | None = None) -> Counted | None:
+        """Count one events-topic record (at ``offset`` of ``partition``, if known); None if it is
+        unreadable (skipped, as poison is)."""
+        if partition is not None and offset is not None:
+            self.next_offsets[partition] = offset + 1
         try:
             record = json.loads(value)
             tenant, key, bucket, at = record["tenant_id"], record["group_key"], int(record["bucket"]), record["at"]
@@ -184,6 +191,8 @@ class NoiseWindows:
         counts = self.buckets.setdefault(group, {}).setdefault(bucket, [0, 0])
         counts[0] += len(alerts)
         counts[1] += transitions
+        if partition is not None and offset is not None:
+            self.offsets.setdefault(partition, {}).setdefault(bucket, offset)
         self._advance(bucket)
         window = [self.buckets[group].get(b) for b in range(bucket - self.width + 1, bucket + 1)]
         return Counted(tenant_id=tenant, group_key=key, added=len(alerts), alerts=sum(c[0] for c in window if c),
@@ -199,9 +208,19 @@ class NoiseWindows:
                 del counts[old]
             if not counts:
                 del self.buckets[group]
+        for firsts in self.offsets.values():
+            for old in [b for b in firsts if b <= oldest]:
+                del firsts[old]
         horizon = (oldest + 1) * self.hop  # where the window of the latest bucket begins
         for alert in [a for a, (_, at) in self.last.items() if at < horizon]:
             del self.last[alert]
+
+    def rebuild_from(self) -> dict[int, int]:
+        """Per events partition, the offset a rebuild must read from to get this state back: the
+        first record of a bucket still kept (an alert's last status kept came with one of them),
+        or, if none is, the offset after the last record counted."""
+        return {partition: min(self.offsets.get(partition, {}).values(), default=after)
+                for partition, after in self.next_offsets.items()}
 
 
 def build_app(config: NoiseWorkerConfig, windows: NoiseWindows | None = None) -> faust.App:
@@ -237,9 +256,9 @@ def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings, w
 
     @app.agent(events)
     async def tally(stream: Any) -> None:
-        async for values in stream.take(TAKE, within=TAKE_WITHIN):
-            counted = [c for c in map(windows.count, values) if c is not None]
-            await verdicts.judge(counted)
+        async for batch in stream.take_events(TAKE, within=TAKE_WITHIN):
+            counted = [windows.count(e.value, partition=e.message.partition, offset=e.message.offset) for e in batch]
+            await verdicts.judge([c for c in counted if c is not None], rebuild_from=windows.rebuild_from())
 
 
 class _Verdicts:
@@ -249,9 +268,10 @@ class _Verdicts:
         self._config, self._settings = config, settings
         self._redis: Any = None
 
-    async def judge(self, counted: Sequence[Counted]) -> None:
-        """One Redis round trip for a batch: each group's verdict lasting longest, and the tally's
-        running totals (``alerts``, ``records``) under :func:`ira.triage.noise.tally_key`."""
+    async def judge(self, counted: Sequence[Counted], *, rebuild_from: dict[int, int]) -> None:
+        """One Redis round trip for a batch: each group's verdict lasting longest, the tally's
+        running totals (``alerts``, ``records``) under :func:`ira.triage.noise.tally_key`, and
+        where a rebuild would read from (:func:`rebuild_key`)."""
         now = datetime.now(UTC)
         found: dict[tuple[str, str], NoiseVerdict] = {}
         for count in counted:
@@ -269,6 +289,9 @@ class _Verdicts:
                 state.record_into(pipe, tenant_id, key, verdict, now=now)
             pipe.hincrby(tally_key(self._config.key_prefix), "records", len(counted))
             pipe.hincrby(tally_key(self._config.key_prefix), "alerts", sum(c.added for c in counted))
+            if rebuild_from:
+                pipe.hset(rebuild_key(self._config.key_prefix, self._config.app_id),
+                          mapping={str(p): o for p, o in rebuild_from.items()})
             await pipe.execute()
 
     def _client(self) -> Any:
@@ -279,15 +302,23 @@ class _Verdicts:
         return self._redis
 
 
+def rebuild_key(prefix: str, app_id: str) -> str:
+    """A Redis hash: per events partition, the offset :func:`rebuild` reads from (``tally`` keeps it)."""
+    return f"{prefix}triage:noise:rebuild-from:{app_id}"
+
+
 async def rebuild(config: NoiseWorkerConfig, windows: NoiseWindows, *, within: float = 120.0) -> int:
     """Count into ``windows`` the events topic up to the offsets ``tally`` committed: the state it
     had when it stopped (what it had not committed it counts again when it resumes, not twice).
 
-    Reads from the beginning of the topic (Tansu has no offsets by time), so a restart costs one
-    pass over the re-keyed records (one per group and hop per fetch). Gives up after ``within``
-    seconds and starts with what it read (advisory state). Returns the records counted.
+    Reads each partition from where ``tally`` last said its kept state begins
+    (:func:`rebuild_key`; Tansu answers no offsets by time), or from the beginning when Redis
+    does not say. Gives up after ``within`` seconds and starts with what it read (advisory
+    state). Returns the records counted.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    starts = await _rebuild_starts(config)
 
     reader = AIOKafkaConsumer(bootstrap_servers=config.bootstrap, group_id=config.app_id, enable_auto_commit=False)
     await reader.start()
@@ -296,17 +327,18 @@ async def rebuild(config: NoiseWorkerConfig, windows: NoiseWindows, *, within: f
             return 0  # never asked for before it exists: the broker would create it with its own partition count
         partitions = [TopicPartition(config.events_topic, p) for p in range(config.partitions)]
         committed = {tp: await reader.committed(tp) or 0 for tp in partitions}
-        wanted = {tp for tp in partitions if committed[tp] > 0}
+        wanted = {tp for tp in partitions if committed[tp] > starts.get(tp.partition, 0)}
         if not wanted:
             return 0
         reader.assign(list(wanted))
-        await reader.seek_to_beginning(*wanted)
+        for tp in wanted:
+            reader.seek(tp, starts.get(tp.partition, 0))
         counted, deadline = 0, asyncio.get_running_loop().time() + within
         while wanted and asyncio.get_running_loop().time() < deadline:
             for tp, records in (await reader.getmany(*wanted, timeout_ms=500)).items():
                 for record in records:
                     if record.offset < committed[tp] and record.value is not None:
-                        windows.count(record.value)
+                        windows.count(record.value, partition=tp.partition, offset=record.offset)
                         counted += 1
                 if records and records[-1].offset + 1 >= committed[tp]:
                     wanted.discard(tp)
@@ -316,6 +348,20 @@ async def rebuild(config: NoiseWorkerConfig, windows: NoiseWindows, *, within: f
         return counted
     finally:
         await reader.stop()
+
+
+async def _rebuild_starts(config: NoiseWorkerConfig) -> dict[int, int]:
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    redis = Redis.from_url(config.redis_url)
+    try:
+        return {int(p): int(o) for p, o in (await redis.hgetall(rebuild_key(config.key_prefix, config.app_id))).items()}
+    except (RedisError, OSError, ValueError) as exc:
+        log.warning("no rebuild offsets (%r): the noise state is rebuilt from the beginning", exc)
+        return {}
+    finally:
+        await redis.aclose()
 
 
 def config_from_stdin(raw: str) -> NoiseWorkerConfig:

@@ -25,7 +25,7 @@ from ira.runtime.bus.producer import BusProducer
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.runtime.store.database import Database
 from ira.triage.noise import RedisNoiseState, tally_key, verdict_key
-from ira.triage.noise_app import NoiseWorkerConfig
+from ira.triage.noise_app import NoiseWorkerConfig, rebuild_key
 from ira.triage.noise_process import NoiseWorkerProcess
 from tests.eventually import eventually
 from tests.kafka_fixtures import TEST_PARTITIONS
@@ -114,9 +114,13 @@ async def test_the_noise_state_is_rebuilt_after_a_restart(
     key = verdict_key(redis_prefix, "acme", '{alertname="HighErrorRate",environment="prod",service="checkout"}')
     first = noise_worker(kafka, bus_env, tmp_path=tmp_path, redis_url=redis_url, prefix=redis_prefix, app_id=app_id)
     async with running(first):
+        await publish(producer, bus_env, [alert(fingerprint="fp-old", at=now - timedelta(minutes=10))])
+        await eventually(lambda: tallied(redis, redis_prefix, 1), timeout=60, message="first worker started")
         await publish(producer, bus_env, cycles(now, 0, 3))  # 5 transitions: one short of flapping
-        await eventually(lambda: tallied(redis, redis_prefix, 6), timeout=60, message="first worker tallied")
+        await eventually(lambda: tallied(redis, redis_prefix, 7), timeout=60, message="first worker tallied")
     assert not await redis.exists(key)
+    # the old alert's record (first on the group's partition) is out of every window: not read again
+    assert max(int(o) for o in (await redis.hgetall(rebuild_key(redis_prefix, app_id))).values()) >= 1
 
     second = noise_worker(kafka, bus_env, tmp_path=tmp_path, redis_url=redis_url, prefix=redis_prefix, app_id=app_id)
     async with running(second):

@@ -117,3 +117,17 @@ def test_an_unreadable_record_is_skipped() -> None:
 
     assert state.count(b"not json") is None and state.count(b'{"tenant_id":"acme"}') is None
     assert state.buckets == {} and state.last == {}
+
+
+def test_a_rebuild_reads_from_the_first_record_of_a_bucket_still_kept() -> None:
+    state = windows()
+    for offset, (_, value) in enumerate(routed([event("a", "firing", 100.0), event("b", "firing", 115.0),
+                                               event("c", "firing", 118.0, group="g2")], hop=10.0)):
+        state.count(value, partition=offset % 2, offset=offset)  # offsets 0, 1, 2 on partitions 0, 1, 0
+    assert state.rebuild_from() == {0: 0, 1: 1}
+
+    state.count(routed([event("d", "firing", 160.0)], hop=10.0)[0][1], partition=1, offset=3)  # bucket 10 goes
+
+    assert state.rebuild_from() == {0: 2, 1: 1}  # partition 0: the record of bucket 11, not the one of 10
+    state.count(routed([event("e", "firing", 300.0)], hop=10.0)[0][1], partition=1, offset=4)
+    assert state.rebuild_from() == {0: 3, 1: 4}  # nothing kept on partition 0: after its last record
