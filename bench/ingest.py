@@ -268,6 +268,8 @@ class Load:
     ops: int | None = None
     rounds: int = 3
     scenarios: tuple[tuple[str, int, int], ...] = SCENARIOS
+    drain_limit: float | None = None
+    """--pipeline: how long to wait for triage to catch up after wrk (None: 5x the run, at least 30 s)."""
 
     @property
     def seconds(self) -> int:
@@ -394,7 +396,8 @@ async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int,
         await sampler
     cpu_window = {pid: cpu - cpu_start[pid] for pid, cpu in cpu_of(target).items()}
     end = Counts.of(target)
-    seconds_to_catch_up, drained = await caught_up(target, within=max(30.0, load.seconds * 5))
+    limit = load.drain_limit if load.drain_limit is not None else max(30.0, load.seconds * 5)
+    seconds_to_catch_up, drained = await caught_up(target, within=limit)
     cpu_drained = {pid: cpu - cpu_start[pid] for pid, cpu in cpu_of(target).items()}
     seconds, requests = result["duration_us"] / 1e6, result["requests"]
     alerts = end.accepted - start.accepted + end.duplicates - start.duplicates  # alerts served, new or not
@@ -536,6 +539,9 @@ def main() -> None:
                         help="with --pipeline: also Debian's Alertmanager, same load, same rounds; ratio lines")
     parser.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS),
                         help="which scenarios, comma-separated (default: all)")
+    parser.add_argument("--drain-limit", type=float, default=None,
+                        help="with --pipeline: seconds to wait for triage to catch up after each run (default: 5x "
+                             "the run, at least 30); CPU per alert 'drained' counts until then")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
     args = parser.parse_args()
@@ -547,7 +553,7 @@ def main() -> None:
     picked = tuple(s for s in SCENARIOS if s[0] in chosen)
     if args.pipeline:
         asyncio.run(run_pipeline(Load(duration=args.duration, connections=args.connections, ops=args.ops,
-                                      rounds=rounds, scenarios=picked),
+                                      rounds=rounds, scenarios=picked, drain_limit=args.drain_limit),
                                  compare_alertmanager=args.compare_alertmanager))
         return
     acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]

@@ -97,17 +97,14 @@ def build_consumer(
 ) -> ConsumerRunner:
     """A consumer of this environment's ``topics`` whose outcomes and lag feed /metrics."""
     env = platform.settings.environment
-    built: list[ConsumerRunner] = []  # the observer needs the runner it observes
-    runner = ConsumerRunner(
+    return ConsumerRunner(
         bootstrap=platform.kafka_bootstrap, group_id=group_id or f"ira-{name}",
         topics=[topic_name(t, env) for t in topics], name=name, handler=handler, producer=platform.producer,
         dlq_topic=topic_name(Topic.DLQ, env), db=platform.db, inbox=inbox, clock=platform.clock,
         settings=consumer_settings(platform.settings, batch_size=batch_size), batch_hooks=batch_hooks,
-        on_outcome=lambda outcome: observe_outcome(platform.metrics, built[0], outcome),
+        on_outcome=lambda outcome: observe_outcome(platform.metrics, outcome),
         on_lag=lambda lags: set_lag(platform.metrics, name, lags),
         on_parked=lambda summary: set_park(platform.metrics, name, summary))
-    built.append(runner)
-    return runner
 
 
 def consumer_settings(settings: Settings, *, batch_size: int = 1,
@@ -132,8 +129,10 @@ def build_step_consumer(platform: Platform, role: str, dispatcher: StepDispatche
 _CONFLICT_CODES = {"concurrent_update": "state", "stale_epoch": "epoch"}
 
 
-def observe_outcome(metrics: Metrics, runner: ConsumerRunner, outcome: RecordOutcome) -> None:
-    """Count one consumer outcome and refresh that consumer's lag gauges."""
+def observe_outcome(metrics: Metrics, outcome: RecordOutcome) -> None:
+    """Count one consumer outcome. The lag gauges are refreshed by the runner after each fetch
+    round's commits (``on_lag``), not per record: an outcome comes before its commit, so the
+    lag read here was the old one anyway, at a labelled gauge per partition per record."""
     name = outcome.consumer
     if outcome.outcome == Outcome.PROCESSED:
         metrics.messages_handled.labels(consumer=name).inc()
@@ -143,7 +142,6 @@ def observe_outcome(metrics: Metrics, runner: ConsumerRunner, outcome: RecordOut
         metrics.dlq.labels(consumer=name, reason=outcome.error_code or "unknown").inc()
     if outcome.error_code in _CONFLICT_CODES:
         metrics.conflicts.labels(kind=_CONFLICT_CODES[outcome.error_code]).inc()
-    set_lag(metrics, name, runner.lag())
 
 
 def set_park(metrics: Metrics, consumer: str, summary: ParkSummary) -> None:

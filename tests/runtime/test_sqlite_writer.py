@@ -12,8 +12,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
+from ira.runtime.store import sqlite_driver
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
 
@@ -79,3 +80,48 @@ async def test_concurrent_writers_are_serialized(sqlite_db) -> None:  # type: ig
 
     await asyncio.gather(*(increment() for _ in range(50)))
     assert await _count(db) == 50
+
+
+async def test_a_connection_goes_back_to_the_pool_without_a_trip_to_aiosqlite_after_its_commit(
+    sqlite_db, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """The pool's reset on return rolls back only what is still open: a committed write (or a
+    read whose transaction SQLAlchemy already ended) costs no rollback on aiosqlite's thread."""
+    db, _ = sqlite_db
+    rollbacks: list[bool] = []
+    original = sqlite_driver.OneHopConnection.rollback
+
+    def counted(self: sqlite_driver.OneHopConnection) -> None:
+        rollbacks.append(self.inline)
+        original(self)
+
+    monkeypatch.setattr(sqlite_driver.OneHopConnection, "rollback", counted)
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    assert rollbacks == []
+    assert await _count(db) == 1
+    assert rollbacks == [False]  # the read's own end, no second one from the pool
+
+
+async def test_a_connection_returned_inside_a_transaction_is_rolled_back(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    """A transaction SQLAlchemy does not know of (opened with raw SQL) is still ended by the
+    pool: its write is undone and the write lock is free for the next writer."""
+    db, _ = sqlite_db
+    def write_behind_sqlalchemys_back(sync: Connection) -> None:
+        cursor = sync.connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        cursor.execute("UPDATE counter SET n = n + 100")
+        cursor.close()
+
+    async with db.engine.connect() as conn:
+        await conn.run_sync(write_behind_sqlalchemys_back)
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    assert await _count(db) == 1
+
+
+async def test_no_engine_event_puts_every_statement_through_sqlalchemys_dispatch(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    """BEGIN is the dialect's (do_begin), not an engine ``begin`` listener: with any engine
+    event, every statement of every connection pays SQLAlchemy's event dispatch."""
+    db, _ = sqlite_db
+    assert not db.engine.sync_engine._has_events

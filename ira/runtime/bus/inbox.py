@@ -49,14 +49,16 @@ async def record_inbox_many(
     """
     if not keys:
         return set()
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     rows = [{"tenant_id": t, "consumer": consumer, "message_id": m, "received_at": at} for t, m in dict.fromkeys(keys)]
     # Parameters as a list (SQLAlchemy's "insertmanyvalues"), not .values(rows): one compiled
     # statement for every batch size instead of one compile per distinct row count.
-    result = await conn.execute(
-        dialect.insert(inbox).on_conflict_do_nothing().returning(inbox.c.tenant_id, inbox.c.message_id), rows
-    )
+    result = await conn.execute(_INSERT_NEW[conn.dialect.name == "postgresql"], rows)
     return {(row.tenant_id, row.message_id) for row in result}
+
+
+_INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(inbox).on_conflict_do_nothing()
+               .returning(inbox.c.tenant_id, inbox.c.message_id) for postgres in (False, True)}
+"""``record_inbox_many``'s statement per dialect (False: SQLite), built once, not per batch."""
 
 
 class BatchItemError(Exception):

@@ -24,7 +24,6 @@ from ira.core.commit import OutboxMessage
 from ira.runtime.store import sqlite_driver
 
 log = logging.getLogger(__name__)
-_WRITE = "ira_write"
 _WRITTEN = "ira_outbox_written"
 
 CommitListener = Callable[[Sequence[OutboxMessage]], None]
@@ -62,11 +61,15 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        if sqlite_driver.is_in_transaction(conn.connection.dbapi_connection):
-            return  # a write transaction: Database.transaction took the lock already
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+    @event.listens_for(engine.sync_engine, "reset")
+    def _on_reset(dbapi_connection: Any, _record: Any, state: Any) -> None:
+        """The pool's reset on return (``pool_reset_on_return=None`` leaves it to this): roll
+        back only a transaction that is still open. After a commit, or a read whose connection
+        ended its transaction already, there is none, and a rollback would only cost a trip to
+        aiosqlite's thread per transaction."""
+        if state.asyncio_safe and sqlite_driver.is_in_transaction(dbapi_connection):
+            dbapi_connection.rollback()
+
 
 
 class Database:
@@ -75,7 +78,6 @@ class Database:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        self._writer = engine.execution_options(**{_WRITE: True})
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._listeners: list[CommitListener] = []
 
@@ -90,6 +92,7 @@ class Database:
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             # check_same_thread: a write transaction runs inline on the loop's thread (sqlite_driver)
             options["connect_args"] = {"timeout": 30, "check_same_thread": False}
+            options["pool_reset_on_return"] = None  # _on_reset rolls back what is still open
         else:
             options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             if schema:
@@ -125,10 +128,10 @@ class Database:
     @asynccontextmanager
     async def _begin(self) -> AsyncIterator[AsyncConnection]:
         if self._write_lock is None:
-            async with self._writer.begin() as conn:
+            async with self.engine.begin() as conn:
                 yield conn
             return
-        async with self._write_lock, self._writer.connect() as conn:
+        async with self._write_lock, self.engine.connect() as conn:
             adapted = (await conn.get_raw_connection()).dbapi_connection
             await sqlite_driver.begin_writing(adapted)  # type: ignore[arg-type]
             try:

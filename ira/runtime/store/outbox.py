@@ -9,16 +9,16 @@ them sent. A crash between publish and mark publishes again; receivers dedupe by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
-from ira.core.model import Model
 from ira.runtime.store.database import remember_written
 from ira.runtime.store.schema import outbox
 
@@ -26,8 +26,9 @@ MessageKey = tuple[str, str]
 """(tenant_id, message_id): a message's identity in the outbox."""
 
 
-class OutboxRow(Model):
-    """A claimed outbox row, ready to publish."""
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """A claimed outbox row, ready to publish (the database's own values: nothing to validate)."""
 
     id: int
     tenant_id: str
@@ -75,14 +76,17 @@ async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], 
     """
     if not messages:
         return set()
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     rows = {(m.envelope.tenant_id, m.envelope.message_id): _row(m, at) for m in messages}  # one per id
-    result = await conn.execute(
-        dialect.insert(outbox).on_conflict_do_nothing().returning(outbox.c.tenant_id, outbox.c.message_id),
-        list(rows.values()))
+    result = await conn.execute(_INSERT_NEW[conn.dialect.name == "postgresql"], list(rows.values()))
     return {(row.tenant_id, row.message_id) for row in result}
 
-def _claimable(now: datetime):  # type: ignore[no-untyped-def]
+
+_INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(outbox).on_conflict_do_nothing()
+               .returning(outbox.c.tenant_id, outbox.c.message_id) for postgres in (False, True)}
+"""``enqueue_new``'s statement per dialect (False: SQLite), built once: building and keying a
+statement per call cost more CPU than SQLAlchemy's compiled-statement cache saves."""
+
+def _claimable(now: Any) -> Any:
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))
 
 async def claim_batch(
@@ -101,43 +105,59 @@ async def claim_batch(
     so a row is never leased twice.
     """
     listed = [topic for lane in lanes for topic in lane]
-    filters: list[Any] = [outbox.c.topic.in_(list(lane)) for lane in lanes if lane]
-    filters.append(outbox.c.topic.not_in(listed) if listed else None)
+    filters: list[tuple[str, list[str]]] = [("in", list(lane)) for lane in lanes if lane]
+    filters.append(("not_in", listed) if listed else ("all", []))
     rows: list[OutboxRow] = []
-    for topics in filters:
+    for shape, topics in filters:
         if len(rows) >= limit:
             break
-        rows += await _claim(conn, relay_id=relay_id, now=now, lease=lease, limit=limit - len(rows), topics=topics)
+        params = {"relay_id": relay_id, "now": now, "until": now + lease, "limit": limit - len(rows)}
+        if shape != "all":
+            params["topics"] = topics
+        result = await conn.execute(_CLAIM[shape], params)
+        rows += [OutboxRow(*r) for r in result]
     return sorted(rows, key=lambda r: r.id)
 
 
-async def _claim(conn: AsyncConnection, *, relay_id: str, now: datetime, lease: timedelta, limit: int,
-                 topics: Any) -> list[OutboxRow]:
+def _claim_statement(topics: Any) -> Any:
+    """Lease the oldest claimable rows (of ``topics``' lane); parameters ``relay_id``, ``now``,
+    ``until``, ``limit`` (and ``topics``, a list)."""
+    now = bindparam("now", type_=outbox.c.claimed_until.type)
     claimable = _claimable(now) if topics is None else and_(_claimable(now), topics)
     candidates = (
-        select(outbox.c.id).where(claimable).order_by(outbox.c.id).limit(limit)
+        select(outbox.c.id).where(claimable).order_by(outbox.c.id).limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
     )
-    result = await conn.execute(
+    return (
         update(outbox)
         .where(outbox.c.id.in_(candidates.scalar_subquery()), _claimable(now))
-        .values(claimed_by=relay_id, claimed_until=now + lease)
+        .values(claimed_by=bindparam("relay_id"), claimed_until=bindparam("until", type_=outbox.c.claimed_until.type))
         .returning(outbox.c.id, outbox.c.tenant_id, outbox.c.message_id, outbox.c.topic, outbox.c.key,
                    outbox.c.value, outbox.c.headers, outbox.c.created_at)
     )
-    return [OutboxRow.model_validate(dict(r._mapping)) for r in result]
+
+
+_TOPICS: Any = bindparam("topics", expanding=True)
+_CLAIM = {"all": _claim_statement(None), "in": _claim_statement(outbox.c.topic.in_(_TOPICS)),
+          "not_in": _claim_statement(outbox.c.topic.not_in(_TOPICS))}
+"""The relay's claim, one statement per lane shape, built once (parameters, not literals: the
+compiled form is SQLAlchemy's cached one, with no statement built or keyed per pass)."""
 
 
 async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int], at: datetime) -> int:
     """Mark rows this relay still holds as sent; returns how many."""
     if not ids:
         return 0
-    result = await conn.execute(
-        update(outbox)
-        .where(outbox.c.id.in_(list(ids)), outbox.c.claimed_by == relay_id, outbox.c.sent_at.is_(None))
-        .values(sent_at=at, claimed_until=None)
-    )
+    result = await conn.execute(_MARK_SENT, {"ids": list(ids), "relay_id": relay_id, "at": at})
     return result.rowcount
+
+
+_MARK_SENT = (
+    update(outbox)
+    .where(outbox.c.id.in_(bindparam("ids", expanding=True)), outbox.c.claimed_by == bindparam("relay_id"),
+           outbox.c.sent_at.is_(None))
+    .values(sent_at=bindparam("at", type_=outbox.c.sent_at.type), claimed_until=None)
+)
 
 async def oldest_unsent_age(conn: AsyncConnection, *, now: datetime) -> timedelta | None:
     """How long the oldest unsent row has waited (the relay's health, exported as a metric)."""

@@ -137,6 +137,19 @@ class OneHopSQLiteDialect(SQLiteDialect_aiosqlite):
     def import_dbapi(cls) -> OneHopDbapi:
         return OneHopDbapi(__import__("aiosqlite"), __import__("sqlite3"))
 
+    def do_begin(self, dbapi_connection: Any) -> None:
+        """``BEGIN`` (the connections run in autocommit mode: SQLAlchemy's begin is ours to
+        issue), unless :func:`begin_writing` already opened the write transaction with ``BEGIN
+        IMMEDIATE``. Here rather than in an engine ``begin`` event: any engine event makes every
+        statement of every connection go through SQLAlchemy's event dispatch."""
+        adapted = getattr(dbapi_connection, "dbapi_connection", dbapi_connection)
+        if not is_in_transaction(adapted):
+            cursor = adapted.cursor()
+            try:
+                cursor.execute("BEGIN")
+            finally:
+                cursor.close()
+
 
 def _begin_immediate(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
     conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
