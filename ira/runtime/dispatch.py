@@ -3,12 +3,16 @@
 Wake-ups are hints, so this consumer needs no inbox: the claim is the dedupe. A handler
 finishes its step by committing a RunCommit fenced with ``ctx.claim``; while it works, a
 heartbeat renews the lease, and if the lease is lost (another worker took over with a higher
-epoch) the handler is cancelled: it must not write anything more.
+epoch) the handler is cancelled: it must not write anything more. A step costs two write
+transactions when its handler's fenced commit finishes it: the claim, and that commit, which
+also ends the attempt (``steps.end_attempt_in_commit``); only a handler that returns with its
+step still RUNNING (or whose commit did not go through) costs a third, the release.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +21,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
@@ -71,7 +76,32 @@ class StepDispatcher:
         """Claim the woken step if it is ours and free; run it; never raise for a lost race."""
         if envelope.type != STEP_READY or envelope.payload.get("kind") not in self.handlers:
             return
-        ctx = await self._claim(envelope.tenant_id, envelope.payload["run_id"], envelope.payload["step_id"])
+        async with self.db.transaction() as conn:
+            ctx = await self.claim_in(conn, envelope)
+        await self.run_claimed(ctx)
+
+    async def claim_in(self, conn: AsyncConnection, envelope: Envelope, *, in_trace: bool = False
+                       ) -> StepContext | None:
+        """Claim the step ``envelope`` wakes in the caller's transaction: None if it is not free.
+
+        ``in_trace``: the span continues the wake-up's trace (a claim folded into the commit
+        that readied the step, whose own span may be another trace's), not the current one.
+        """
+        tenant_id, run_id, step_id = envelope.tenant_id, envelope.payload["run_id"], envelope.payload["step_id"]
+        parent = runtrace.context_of(envelope.traceparent) if in_trace else None
+        with runtrace.tracer().start_as_current_span("claim step", context=parent, kind=SpanKind.CLIENT, attributes={
+                "db.operation.name": "claim", "ira.run_id": run_id, "ira.step_id": step_id}) as span:
+            claim = await steps.claim_step(conn, tenant_id, run_id, step_id, owner=self.owner, lease=self.lease,
+                                           now=self.clock.now())
+            span.set_attribute("ira.claim.won", claim is not None)
+            if claim is None:
+                return None
+            step = await steps.get_step(conn, tenant_id, run_id, step_id)
+            run = await runs.get_run(conn, tenant_id, run_id)
+        return StepContext(claim=claim, step=step, run=run)
+
+    async def run_claimed(self, ctx: StepContext | None) -> None:
+        """Run the handler of a step :meth:`claim_in` claimed (and committed); count a lost one."""
         if ctx is None:
             self.stats.not_claimable += 1
             self.on_claim("lost")
@@ -80,29 +110,15 @@ class StepDispatcher:
         self.on_claim("won")
         await self._run_claimed(ctx)
 
-    async def _claim(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
-        with runtrace.tracer().start_as_current_span("claim step", kind=SpanKind.CLIENT, attributes={
-                "db.operation.name": "claim", "ira.run_id": run_id, "ira.step_id": step_id}) as span:
-            ctx = await self._claim_in_store(tenant_id, run_id, step_id)
-            span.set_attribute("ira.claim.won", ctx is not None)
-            return ctx
-
-    async def _claim_in_store(self, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
-        async with self.db.transaction() as conn:
-            claim = await steps.claim_step(conn, tenant_id, run_id, step_id, owner=self.owner, lease=self.lease,
-                                           now=self.clock.now())
-            if claim is None:
-                return None
-            step = await steps.get_step(conn, tenant_id, run_id, step_id)
-            run = await runs.get_run(conn, tenant_id, run_id)
-        return StepContext(claim=claim, step=step, run=run)
-
     async def _run_claimed(self, ctx: StepContext) -> None:
         # The attempt is a span of the run's trace, however it was woken (a relayed wake-up, the
         # scanner's, a re-claim after a crash); the handler's task inherits it as its context.
         with runtrace.run_span(f"step {ctx.step.kind}", ctx.run.traceparent, attributes=_attempt_attributes(ctx)) \
                 as span:
-            work = asyncio.create_task(self.handlers[ctx.step.kind](ctx))
+            attempt = steps.RunningAttempt(ctx.claim)
+            context = contextvars.copy_context()
+            context.run(steps.RUNNING_ATTEMPT.set, attempt)
+            work = asyncio.create_task(self.handlers[ctx.step.kind](ctx), context=context)
             beat = asyncio.create_task(self._heartbeat(ctx.claim, work))
             try:
                 await work
@@ -119,7 +135,8 @@ class StepDispatcher:
                 runtrace.fail(span, type(exc).__name__, str(exc))
                 await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
             else:
-                await self._release_if_unfinished(ctx)
+                if not attempt.ended:  # else the handler's commit ended it (steps.end_attempt_in_commit)
+                    await self._release_if_unfinished(ctx)
             finally:
                 beat.cancel()
 

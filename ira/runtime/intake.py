@@ -2,17 +2,33 @@
 
 Two doors lead in. The broker's: wake-ups on ``ira.steps.v1``, which the relay publishes
 after the outbox row committed; a full intake makes that consumer wait (backpressure). And
-eager dispatch (Temporal's name for it): a transaction of *this* process that committed a
-step wake-up for a kind this role handles hands the step over right after the commit, so a
-step pays the store, not the relay's poll and a broker round trip. The outbox row is still
-written and relayed: other processes hear of the step, and if this one dies before its
-claim, the lease/scanner path still finds the step in SQL. The eager door never waits: with
-no free slot (or a broker wake-up already waiting for one) it leaves the step to the broker's
-copy.
+eager dispatch (Temporal's name for it): a transaction of *this* process that writes a step
+wake-up for a kind this role handles hands the step over right after its commit, so a step
+pays the store, not the relay's poll and a broker round trip. The eager door never waits.
 
-The broker's copy of a wake-up that went in eagerly is dropped here, by message id, without
-touching the store (an in-memory inbox, bounded: a wake-up is a hint and the claim is the
-real dedupe, so forgetting an old id costs one refused claim, never a second run of a step).
+Taken in the transaction (``take``, ``taken``): while the transaction writes the wake-up, a
+free slot is reserved for it, the step is claimed in that same transaction (one write
+transaction per step fewer: the commit that readies a step also hands it to its worker), and
+the outbox row is written *as sent*, so the relay never publishes it. Nothing else needs that
+copy, because it is a hint for a claim that is already decided when the commit stands:
+
+* the step's only readers are the processes of its role, all racing for one claim. If the
+  claim in the transaction won, the step is RUNNING under this process's lease: another
+  process's copy would be a refused claim (after a relay batch and a broker hop). If it lost,
+  no process could have won it then either (the step is held or finished, or the run is
+  closed for claims; the scanner wakes a READY step that nobody woke since, whoever made it so).
+  Other roles ignore the kind; timers are not step wake-ups.
+* if the step then cannot run here (this process dies after the commit, the intake drains
+  before the step starts, the commit's outcome is unknown), it is RUNNING under a lease that
+  expires, and the scanner wakes it again from the steps table (``steps.find_wakeable``):
+  durability never depended on the broker's copy, only the latency of recovering from a
+  crash does (a lease instead of the relay's next poll).
+
+Taken after the commit (``committed``): a wake-up written while every slot was busy is
+relayed as before; if a slot is free by the time its transaction commits, the step starts
+here anyway, and the broker's later copy is dropped by message id, without touching the
+store (an in-memory inbox, bounded: a wake-up is a hint and the claim is the real dedupe, so
+forgetting an old id costs one refused claim, never a second run of a step).
 """
 
 from __future__ import annotations
@@ -21,15 +37,18 @@ import asyncio
 import contextvars
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.runtime import runtrace
-from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import STEP_READY
 
@@ -46,6 +65,8 @@ class IntakeStats:
     """Broker copies of wake-ups that already went in eagerly."""
     eager_skipped: int = 0
     """Local wake-ups left to the broker because every slot was busy."""
+    unpublished: int = 0
+    """Eager steps whose wake-up was taken in its transaction, so never published."""
 
 
 @dataclass
@@ -62,6 +83,10 @@ class StepIntake:
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
     _running: set[asyncio.Task[None]] = field(default_factory=set)
     _eager_ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    _taken: set[str] = field(default_factory=set)
+    """Wake-ups reserved a slot in a transaction that has not ended yet."""
+    _claimed: dict[str, StepContext | None] = field(default_factory=dict)
+    """Their claims, made in that transaction (None: the step was not free)."""
     _closed: bool = False
 
     def handles(self, envelope: Envelope) -> bool:
@@ -83,45 +108,92 @@ class StepIntake:
         finally:
             self._waiting -= 1
         self.stats.relayed += 1
-        self._start(envelope, contextvars.copy_context())
+        self._busy += 1
+        self._run_in_slot(self.dispatcher.handle_wakeup(envelope), envelope, contextvars.copy_context())
+
+    def take(self, message: OutboxMessage) -> str | None:
+        """While a transaction writes ``message``: reserve a slot to run its step after the
+        commit, and name this process as the one that does (the row is then never relayed)."""
+        if not self.handles(message.envelope) or self._closed or not self._free():
+            return None
+        self._busy += 1
+        self._taken.add(message.envelope.message_id)
+        return self.dispatcher.owner
+
+    async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
+        """Claim the taken step in the transaction that readied it: one write transaction
+        fewer per step, and the step is RUNNING under this process's lease from the commit on."""
+        self._claimed[message.envelope.message_id] = await self.dispatcher.claim_in(
+            conn, message.envelope, in_trace=True)
+
+    def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
+        """The transaction that wrote these taken wake-ups did not commit: free their slots."""
+        for message in messages:
+            if message.envelope.message_id in self._taken:
+                self._taken.discard(message.envelope.message_id)
+                self._claimed.pop(message.envelope.message_id, None)
+                self._release_slot()
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None:
         """The eager door (a commit listener): start what this role handles, if a slot is free."""
         for message in messages:
             envelope = message.envelope
+            if envelope.message_id in self._taken:
+                self._taken.discard(envelope.message_id)
+                claimed = self._claimed.pop(envelope.message_id, None)
+                if self._closed:  # drained meanwhile: the lease expires, the scanner wakes the step again
+                    self._release_slot()
+                    continue
+                self.stats.eager += 1
+                self.stats.unpublished += 1
+                self._run_in_slot(self.dispatcher.run_claimed(claimed), envelope,
+                                  runtrace.task_context(envelope.traceparent))
+                continue
             if not self.handles(envelope) or self._closed:
                 continue
-            if self._busy >= self.size or self._waiting:  # the broker's door was first in line
+            if not self._free():  # the broker's door was first in line
                 self.stats.eager_skipped += 1
                 continue
             self._eager_ids[envelope.message_id] = None
             while len(self._eager_ids) > self.remember:
                 self._eager_ids.popitem(last=False)
             self.stats.eager += 1
-            # the trace the wake-up carries, as its broker copy would: not the committing span's
-            self._start(envelope, runtrace.task_context(envelope.traceparent))
+            self._busy += 1
+            self._begin(envelope)
+
+    def _free(self) -> bool:
+        return self._busy < self.size and not self._waiting
+
+    def _begin(self, envelope: Envelope) -> None:
+        # the trace the wake-up carries, as its broker copy would: not the committing span's
+        self._run_in_slot(self.dispatcher.handle_wakeup(envelope), envelope,
+                          runtrace.task_context(envelope.traceparent))
 
     @contextmanager
     def eager(self, db: Database) -> Iterator[None]:
         """Take steps from this process's own commits on ``db`` while the block runs."""
-        with db.listening(self.committed):
+        with db.listening(self):
             yield
 
-    def _start(self, envelope: Envelope, context: contextvars.Context) -> None:
-        self._busy += 1
-        task = asyncio.get_running_loop().create_task(self._run(envelope), context=context)
+    def _run_in_slot(self, work: Coroutine[Any, Any, None], envelope: Envelope, context: contextvars.Context
+                     ) -> None:
+        """Run the step's ``work`` in a slot already counted in ``_busy``."""
+        task = asyncio.get_running_loop().create_task(self._run(work, envelope), context=context)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, envelope: Envelope) -> None:
+    async def _run(self, work: Coroutine[Any, Any, None], envelope: Envelope) -> None:
         try:
-            await self.dispatcher.handle_wakeup(envelope)
+            await work
         except Exception:  # a worker task: the step stays in SQL and the scanner wakes it again
             log.exception("step %s/%s could not be handled", envelope.payload.get("run_id"),
                           envelope.payload.get("step_id"))
         finally:
-            self._busy -= 1
-            self._freed.set()
+            self._release_slot()
+
+    def _release_slot(self) -> None:
+        self._busy -= 1
+        self._freed.set()
 
     async def drain(self, grace: timedelta = timedelta(0)) -> None:
         """Stop taking steps; give running ones ``grace`` to finish, then cancel them (their

@@ -133,9 +133,11 @@ class Pump:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
+            # the handlers still running *before* the batch: one that finishes while the batch
+            # reads the outbox may have committed a wake-up the batch did not see
+            running = [t for t in self.tasks if not t.done()]
             if await self._deliver_batch():
                 continue
-            running = [t for t in self.tasks if not t.done()]
             hanging = len(self.scripted.hanging) if self.scripted else 0
             if len(running) <= hanging:
                 return

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
 
 from ira.core.clock import FrozenClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
@@ -12,6 +16,7 @@ from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
+from ira.runtime.store.schema import attempts
 from ira.runtime.wakeup import step_wakeup
 from tests.contracts.test_store import T0, new_run
 
@@ -108,3 +113,61 @@ async def test_a_handler_that_loses_its_lease_is_cancelled(db: Database) -> None
     assert taken is not None and taken.owner_epoch == 2
     await asyncio.wait_for(work, timeout=5)
     assert cancelled.is_set() and dispatcher.stats.lost_lease == 1
+
+
+def counting_transactions(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the write transactions ``db`` begins from now on (one element per transaction)."""
+    begun: list[int] = []
+    begin = db._begin
+
+    def counted():  # type: ignore[no-untyped-def]
+        begun.append(1)
+        return begin()
+
+    monkeypatch.setattr(db, "_begin", counted)
+    return begun
+
+
+async def attempt_rows(db: Database, run_id: str) -> list[tuple[str | None, bool]]:
+    async with db.reader() as conn:
+        rows = await conn.execute(select(attempts.c.outcome, attempts.c.ended_at).where(attempts.c.run_id == run_id))
+        return [(r.outcome, r.ended_at is not None) for r in rows]
+
+
+async def test_a_step_its_handler_finished_costs_two_write_transactions(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a handler whose fenced commit finishes its step
+    run_id = await setup_run(db)
+
+    async def handler(ctx: StepContext) -> None:
+        await finish(db, ctx)
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler}, owner="w1")
+    begun = counting_transactions(db, monkeypatch)
+    # When it runs
+    await dispatcher.handle_wakeup(wake(run_id))
+    # Then the claim and that commit are all it writes: the commit ended the attempt too
+    assert len(begun) == 2
+    assert await step_state(db, run_id) == StepState.DONE
+    assert await attempt_rows(db, run_id) == [("finished", True)]
+
+
+async def test_a_handler_whose_finishing_commit_rolled_back_is_released(db: Database) -> None:
+    # Given a handler whose finishing commit rolls back, and which returns anyway
+    run_id = await setup_run(db)
+
+    async def handler(ctx: StepContext) -> None:
+        with contextlib.suppress(RuntimeError):
+            async with db.transaction() as conn:
+                run = await runs.get_run(conn, "acme", run_id)
+                await runs.commit(conn, RunCommit(
+                    tenant_id="acme", run_id=run_id, expected_version=run.state_version,
+                    fence=Fence(step_id="metrics", owner_epoch=ctx.claim.owner_epoch),
+                    steps=(StepChange(step_id="metrics", state=StepState.DONE),)), at=T0)
+                raise RuntimeError("the transaction fails after the commit's statements")
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler}, owner="w1")
+    await dispatcher.handle_wakeup(wake(run_id))
+    # Then the step is released for another try, as for any handler that left it RUNNING
+    assert await step_state(db, run_id) == StepState.READY
+    assert await attempt_rows(db, run_id) == [("released", True)]

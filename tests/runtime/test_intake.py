@@ -1,31 +1,36 @@
 """Step intake: a step this process's commit readied starts right after the commit (eager
-dispatch), the broker's later copy of its wake-up is dropped, and the outbox row stays."""
+dispatch); its wake-up, taken in the transaction, is never published (the outbox row is written
+as sent), and a step lost with its process is found again by the scanner from SQL."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select, text
 
 from ira.core.clock import FrozenClock
-from ira.core.commit import NewRun
+from ira.core.commit import Fence, NewRun, OutboxMessage, RunCommit, StepChange
 from ira.core.envelope import Envelope
+from ira.core.ports import RawRecord
 from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.intake import StepIntake
-from ira.runtime.store import runs
+from ira.runtime.relay import OutboxRelay
+from ira.runtime.scanner import Scanner
+from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
-from ira.runtime.store.schema import outbox
+from ira.runtime.store.schema import attempts, outbox
 from ira.runtime.wakeup import step_wakeup
 from tests.contracts.test_store import T0, new_run
 from tests.eventually import eventually
-from tests.runtime.test_dispatch import finish, step_state
+from tests.runtime.test_dispatch import counting_transactions, finish, step_state
 
 
-def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asyncio.Event | None = None
-                   ) -> StepIntake:
+def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asyncio.Event | None = None,
+                   clock: FrozenClock | None = None, intake: type[StepIntake] = StepIntake) -> StepIntake:
     """An intake for ``metrics`` steps whose handler records the run, waits for ``gate``, then finishes."""
 
     async def handler(ctx: StepContext) -> None:
@@ -34,7 +39,8 @@ def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asy
             await gate.wait()
         await finish(db, ctx)
 
-    return StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler}, owner="w1"), size)
+    return intake(StepDispatcher(db=db, clock=clock or FrozenClock(T0), handlers={"metrics": handler}, owner="w1"),
+                  size)
 
 
 def ready_run() -> NewRun:
@@ -69,18 +75,100 @@ async def test_a_step_readied_by_a_local_commit_runs_without_the_broker(db: Data
         await eventually(lambda: handled == [run_id], timeout=10)
         await eventually(lambda: intake.dispatcher.stats.claimed == 1 and not intake._running, timeout=10)
         assert await step_state(db, run_id) == StepState.DONE
-    # and the outbox still holds the wake-up for other processes
-    assert await is_unsent(db, wakeup)
-    assert (intake.stats.eager, intake.stats.relayed) == (1, 0)
+    assert (intake.stats.eager, intake.stats.unpublished, intake.stats.relayed) == (1, 1, 0)
     await intake.drain()
 
 
-async def test_the_brokers_copy_of_an_eager_wakeup_is_dropped_without_a_claim(db: Database) -> None:
+class RecordingPublisher:
+    """The broker, as the relay sees it: acknowledges everything, remembers what it got."""
+
+    def __init__(self) -> None:
+        self.records: list[RawRecord] = []
+
+    async def publish_raw(self, topic: str, key: str, value: bytes, headers: object) -> object:
+        raise NotImplementedError
+
+    async def publish_raw_many(self, records: list[RawRecord]) -> list[object]:
+        self.records += records
+        return [None] * len(records)
+
+
+async def relayed(db: Database) -> dict[str, list[Envelope]]:
+    """What one relay pass publishes now, by step kind."""
+    publisher = RecordingPublisher()
+    await OutboxRelay(db=db, publisher=publisher, clock=FrozenClock(T0)).relay_once()
+    by_kind: dict[str, list[Envelope]] = {}
+    for envelope in (Envelope.from_bytes(r.value) for r in publisher.records):
+        by_kind.setdefault(envelope.payload["kind"], []).append(envelope)
+    return by_kind
+
+
+async def test_a_step_taken_in_its_transaction_produces_no_broker_record(db: Database) -> None:
+    # Given an intake taking this process's commits, with a free slot
     handled: list[str] = []
     intake = intake_running(db, handled)
     with intake.eager(db):
+        # When a transaction commits a READY step and its wake-up
         run_id, wakeup = await create_ready_run(db)
-        await eventually(lambda: handled == [run_id], timeout=10)
+        await eventually(lambda: handled == [run_id] and not intake._running, timeout=10)
+    # Then the relay does not publish its wake-up (the row was written as sent, by this
+    # process's worker), only the next step's, for the role that runs it
+    assert {kind: len(wakeups) for kind, wakeups in (await relayed(db)).items()} == {"join": 1}
+    async with db.reader() as conn:
+        row = (await conn.execute(select(outbox.c.sent_at, outbox.c.claimed_by).where(
+            outbox.c.message_id == wakeup.message_id))).one()
+    assert row.sent_at is not None and row.claimed_by == "w1"
+    await intake.drain()
+
+
+class TakesAndDies:
+    """A process that took a wake-up in its transaction and died before claiming the step
+    (a taker that does not claim in the transaction; the intake does)."""
+
+    def take(self, message: OutboxMessage) -> str | None:
+        return "dead-worker"
+
+    async def taken(self, conn: object, message: OutboxMessage) -> None:
+        pass
+
+    def committed(self, messages: object) -> None:
+        pass
+
+    def abandoned(self, messages: object) -> None:
+        pass
+
+
+async def test_a_step_taken_by_a_process_that_died_is_woken_again_by_the_scanner(db: Database) -> None:
+    # Given a wake-up taken in its transaction by a process that then died (nothing relayed)
+    with db.listening(TakesAndDies()):
+        run_id, wakeup = await create_ready_run(db)
+    assert await relayed(db) == {}
+    # When the scanner passes after its quiet period
+    clock = FrozenClock(T0)
+    scanner = Scanner(db=db, clock=clock, environment="prod", quiet=timedelta(seconds=10))
+    clock.advance(timedelta(seconds=11))
+    assert (await scanner.scan_once()).woken == 1
+    # Then a new wake-up for the step goes to the broker, and a live process runs the step
+    [again] = (await relayed(db))["metrics"]
+    assert again.payload == wakeup.payload and again.message_id != wakeup.message_id
+    handled: list[str] = []
+    intake = intake_running(db, handled)
+    await intake.wakeup(again)
+    await eventually(lambda: handled == [run_id] and not intake._running, timeout=10)
+    assert await step_state(db, run_id) == StepState.DONE
+
+
+async def test_the_brokers_copy_of_an_eager_wakeup_is_dropped_without_a_claim(db: Database) -> None:
+    # Given a wake-up relayed as usual (no slot was free while its transaction wrote it) ...
+    handled: list[str] = []
+    intake = intake_running(db, handled)
+    new = ready_run()
+    async with db.transaction() as conn:
+        run_id = (await runs.create_run(conn, new, at=T0))[0].run_id
+    wakeup = new.outbox[0].envelope
+    # ... whose step this process took once the transaction committed
+    intake.committed(new.outbox)
+    await eventually(lambda: handled == [run_id], timeout=10)
     # When the relayed wake-up arrives later
     await intake.wakeup(wakeup)
     # Then it is dropped here: no second claim attempt reaches the store
@@ -99,6 +187,23 @@ async def test_a_rolled_back_transaction_hands_nothing_over(db: Database) -> Non
     assert intake.stats.eager == 0 and handled == []
 
 
+async def test_a_rolled_back_transaction_gives_back_the_slot_it_took(db: Database) -> None:
+    # Given an intake with one slot and a transaction that took it, then rolled back
+    handled: list[str] = []
+    intake = intake_running(db, handled, size=1)
+    with intake.eager(db):
+        with pytest.raises(RuntimeError):
+            async with db.transaction() as conn:
+                await runs.create_run(conn, ready_run(), at=T0)
+                raise RuntimeError("the transaction fails after writing the wake-up")
+        # When the next commit readies a step
+        run_id, _ = await create_ready_run(db)
+        # Then the slot is free for it
+        await eventually(lambda: handled == [run_id] and not intake._running, timeout=10)
+    assert intake.stats.unpublished == 1 and intake._busy == 0
+    await intake.drain()
+
+
 async def test_a_full_intake_leaves_the_step_to_the_broker(db: Database) -> None:
     # Given an intake with one slot, held by a step that has not finished
     handled: list[str] = []
@@ -111,6 +216,8 @@ async def test_a_full_intake_leaves_the_step_to_the_broker(db: Database) -> None
         second, wakeup = await create_ready_run(db)
     # Then it is not taken eagerly (the eager door never waits) ...
     assert intake.stats.eager_skipped == 1 and handled == [first]
+    # ... its wake-up goes to the broker, for any process of the role ...
+    assert [w.message_id for w in (await relayed(db))["metrics"]] == [wakeup.message_id]
     # ... and the broker's copy runs it once a slot is free
     gate.set()
     await intake.wakeup(wakeup)
@@ -150,3 +257,71 @@ async def test_a_transaction_cancelled_mid_statement_stays_cancelled(db: Databas
         # Then it ends cancelled, not with an error about the invalidated connection
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def finish_step(db: Database, ctx: StepContext) -> None:
+    """Commit the claimed step DONE, fenced (readies what waits for it)."""
+    c = ctx.claim
+    async with db.transaction() as conn:
+        run = await runs.get_run(conn, c.tenant_id, c.run_id)
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
+            fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
+            steps=(StepChange(step_id=c.step_id, state=StepState.DONE),)), at=T0)
+
+
+async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an intake for both steps of a run (metrics, then join)
+    finished: list[str] = []
+
+    async def handler(ctx: StepContext) -> None:
+        await finish_step(db, ctx)
+        finished.append(ctx.claim.step_id)
+
+    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler, "join": handler},
+                                       owner="w1"), 4)
+    begun = counting_transactions(db, monkeypatch)
+    with intake.eager(db):
+        # When the run is created and runs to its end
+        run_id, _ = await create_ready_run(db)
+        await eventually(lambda: finished == ["metrics", "join"] and not intake._running, timeout=10)
+    # Then each commit claimed the step it readied and ended the attempt it finished:
+    # creation, the metrics step's commit, the join step's commit, and nothing else
+    assert len(begun) == 3
+    assert intake.dispatcher.stats.claimed == 2 and intake.stats.unpublished == 2
+    async with db.reader() as conn:
+        ended = (await conn.execute(select(func.count()).select_from(attempts).where(
+            attempts.c.run_id == run_id, attempts.c.outcome == "finished"))).scalar()
+    assert ended == 2 and await relayed(db) == {}
+
+
+class DiesAfterCommit(StepIntake):
+    """A process that claimed a step in the commit that readied it, and died right after."""
+
+    def committed(self, messages: Sequence[OutboxMessage]) -> None:
+        pass
+
+
+async def test_a_step_claimed_in_a_commit_whose_process_died_is_woken_after_its_lease(db: Database) -> None:
+    # Given a step claimed in the transaction that readied it, by a process that then died
+    dead = intake_running(db, [], intake=DiesAfterCommit)
+    with dead.eager(db):
+        run_id, _ = await create_ready_run(db)
+    assert await step_state(db, run_id) == StepState.RUNNING and await relayed(db) == {}
+    # When the scanner passes: not while the dead process's lease lasts, then once it expired
+    clock = FrozenClock(T0)
+    scanner = Scanner(db=db, clock=clock, environment="prod", quiet=timedelta(seconds=10))
+    clock.advance(timedelta(seconds=11))
+    assert (await scanner.scan_once()).woken == 0
+    clock.advance(timedelta(seconds=20))
+    assert (await scanner.scan_once()).woken == 1
+    # Then its wake-up goes to the broker, and a live process takes the step over (epoch 2)
+    [again] = (await relayed(db))["metrics"]
+    handled: list[str] = []
+    live = intake_running(db, handled, clock=clock)
+    await live.wakeup(again)
+    await eventually(lambda: handled == [run_id] and not live._running, timeout=10)
+    assert await step_state(db, run_id) == StepState.DONE
+    async with db.reader() as conn:
+        assert (await steps.get_step(conn, "acme", run_id, "metrics")).owner_epoch == 2

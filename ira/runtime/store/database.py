@@ -13,8 +13,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
@@ -26,15 +27,73 @@ from ira.runtime.store import sqlite_driver
 log = logging.getLogger(__name__)
 _WRITTEN = "ira_outbox_written"
 
-CommitListener = Callable[[Sequence[OutboxMessage]], None]
-"""Told, right after a transaction committed, the outbox messages it wrote (eager dispatch)."""
+
+class CommitListener(Protocol):
+    """Hears of the outbox messages a transaction writes (eager dispatch, ``StepIntake``)."""
+
+    def take(self, message: OutboxMessage) -> str | None:
+        """While the transaction writes ``message``: will this process run it itself once the
+        transaction commits? The name of the taker reserves it (the row is then written as sent,
+        see ``outbox.enqueue``); None leaves it to the relay."""
+
+    async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
+        """Still in the transaction, once the taken message's row is written: what taking it
+        means, in this same transaction (the intake claims the step here)."""
+
+    def committed(self, messages: Sequence[OutboxMessage]) -> None:
+        """Right after the commit: every message it wrote, the taken ones included."""
+
+    def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
+        """The transaction did not commit (or its commit could not be confirmed): these
+        messages, which this listener took, will not come to ``committed``."""
 
 
-def remember_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> None:
-    """Note outbox messages written in ``conn``'s transaction for the commit listeners."""
-    written = conn.info.get(_WRITTEN)
-    if written is not None:
-        written.extend(messages)
+@dataclass
+class _Written:
+    """What one write transaction tells after it committed (kept in its connection's ``info``)."""
+
+    listeners: list[CommitListener]
+    messages: list[OutboxMessage] = field(default_factory=list)
+    taken: dict[str, tuple[CommitListener, OutboxMessage]] = field(default_factory=dict)
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+def take_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> dict[str, str]:
+    """Note outbox messages written in ``conn``'s transaction for the commit listeners; returns
+    ``{message_id: taker}`` of those a listener of this process takes once it commits."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None:
+        return {}
+    written.messages.extend(messages)
+    taken: dict[str, str] = {}
+    for message in messages:
+        for listener in written.listeners:
+            taker = listener.take(message)
+            if taker is not None:
+                taken[message.envelope.message_id] = taker
+                written.taken[message.envelope.message_id] = (listener, message)
+                break
+    return taken
+
+
+async def settle_taken(conn: AsyncConnection, taken: dict[str, str]) -> None:
+    """Let the listeners act, in ``conn``'s transaction, on the messages they took (``taken``)."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None:
+        return
+    for message_id in taken:
+        listener, message = written.taken[message_id]
+        await listener.taken(conn, message)
+
+
+def after_commit(conn: AsyncConnection, callback: Callable[[], None]) -> bool:
+    """Call ``callback`` once ``conn``'s transaction (a ``Database.transaction``) committed;
+    False (and no call) where the transaction is not one that can tell."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None:
+        return False
+    written.after_commit.append(callback)
+    return True
 
 
 def normalize_url(url: str) -> str:
@@ -72,6 +131,17 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
 
 
 
+def _tell_abandoned(written: _Written) -> None:
+    by_listener: dict[int, tuple[CommitListener, list[OutboxMessage]]] = {}
+    for listener, message in written.taken.values():
+        by_listener.setdefault(id(listener), (listener, []))[1].append(message)
+    for listener, messages in by_listener.values():
+        try:
+            listener.abandoned(messages)
+        except Exception:
+            log.exception("a commit listener failed")
+
+
 class Database:
     """The store's connection to SQLite or PostgreSQL."""
 
@@ -106,23 +176,35 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction: commits when the block ends, rolls back on any error.
 
-        Once it committed, the listeners hear of the outbox messages it wrote; a rolled-back
-        transaction announces nothing.
+        Once it committed, the ``after_commit`` callbacks run and the listeners hear of the
+        outbox messages it wrote; a transaction that did not commit announces nothing, and
+        listeners that took a message (``take_written``) hear that it was abandoned.
         """
-        written: list[OutboxMessage] = []
-        async with self._begin() as conn:
-            # the pooled connection's dict, taken now: a cancelled statement invalidates the
-            # connection, and reaching ``conn.info`` then would raise over the cancellation
-            info = conn.info if self._listeners else {}
-            info[_WRITTEN] = written
+        written = _Written(listeners=list(self._listeners))
+        committed = False
+        try:
+            async with self._begin() as conn:
+                # the pooled connection's dict, taken now: a cancelled statement invalidates the
+                # connection, and reaching ``conn.info`` then would raise over the cancellation
+                info = conn.info
+                info[_WRITTEN] = written
+                try:
+                    yield conn
+                finally:
+                    info.pop(_WRITTEN, None)
+            committed = True
+        finally:
+            if not committed:
+                _tell_abandoned(written)
+        for callback in written.after_commit:
             try:
-                yield conn
-            finally:
-                info.pop(_WRITTEN, None)
-        for listener in list(self._listeners) if written else ():
+                callback()
+            except Exception:
+                log.exception("an after-commit callback failed")
+        for listener in written.listeners if written.messages else ():
             try:
-                listener(written)
-            except Exception:  # the commit stands; the outbox row still wakes the work
+                listener.committed(written.messages)
+            except Exception:  # the commit stands; the outbox row or the scanner still wakes the work
                 log.exception("a commit listener failed")
 
     @asynccontextmanager

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
-from ira.runtime.store.database import remember_written
+from ira.runtime.store.database import settle_taken, take_written
 from ira.runtime.store.schema import outbox
 
 MessageKey = tuple[str, str]
@@ -60,11 +60,23 @@ _INSERT = insert(outbox)
 
 
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
-    """Write messages in the caller's transaction; they are published only if it commits."""
+    """Write messages in the caller's transaction; they are published only if it commits.
+
+    A message a listener of this process takes (a step wake-up for a role here with a free
+    slot: ``StepIntake.take``) is written as sent, by that taker, in this same transaction:
+    the relay never publishes it, and the row still records the wake-up. The taker then acts
+    on it in the transaction too (the intake claims the step: ``StepIntake.taken``).
+    """
     if not messages:
         return
-    await conn.execute(_INSERT, [_row(m, at) for m in messages])
-    remember_written(conn, messages)
+    taken = take_written(conn, messages)
+    rows = [_row(m, at) for m in messages]
+    for row in rows:
+        taker = taken.get(str(row["message_id"]))
+        row["sent_at"], row["claimed_by"] = (at, taker) if taker is not None else (None, None)
+    await conn.execute(_INSERT, rows)
+    if taken:
+        await settle_taken(conn, taken)
 
 
 async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:

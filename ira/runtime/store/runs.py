@@ -29,7 +29,14 @@ from ira.runtime import runtrace
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.steps import add_steps, apply_step_changes, check_fence, insert_steps, with_promotions
+from ira.runtime.store.steps import (
+    add_steps,
+    apply_step_changes,
+    check_fence,
+    end_attempt_in_commit,
+    insert_steps,
+    with_promotions,
+)
 
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
 _RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
@@ -88,6 +95,7 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     run = run_from_row(row)
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
     await apply_step_changes(conn, change, at=at)
+    await end_attempt_in_commit(conn, change, at=at)
     first_seq = run.last_seq - len(change.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)
     await enqueue(conn, runtrace.stamp(change.outbox, runtrace.parent_for(run.traceparent)), at=at)

@@ -8,6 +8,8 @@ Every later write by that owner names the epoch, and the store refuses lower one
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -23,6 +25,7 @@ from ira.core.ids import new_id
 from ira.core.plan import newly_ready
 from ira.core.run import Claim, Step
 from ira.core.states import FINISHED_STEP_STATES, STEP_TRANSITIONS, RunState, StepState, check_step_transition
+from ira.runtime.store.database import after_commit
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
 from ira.runtime.wakeup import step_wakeup
@@ -194,6 +197,48 @@ async def end_attempt(
     if usage is not None:
         values["new_usage"] = usage
     await conn.execute(_end_attempt_statement(usage is not None), values)
+
+
+@dataclass
+class RunningAttempt:
+    """The attempt the current task runs (set by the dispatcher around a handler)."""
+
+    claim: Claim
+    ended: bool = False
+    """A commit of this attempt took its step out of RUNNING and ended the attempt with it."""
+
+    def _ended(self) -> None:
+        self.ended = True
+
+
+RUNNING_ATTEMPT: ContextVar[RunningAttempt | None] = ContextVar("ira_running_attempt", default=None)
+
+
+async def end_attempt_in_commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> None:
+    """Fold the end of the running attempt into the handler's own fenced commit.
+
+    When ``change`` is fenced by the claim of the attempt this task runs and moves that step
+    out of RUNNING, the attempt ends ("finished") in this same transaction, and once the
+    transaction committed the dispatcher skips the write transaction it would otherwise spend
+    finding that out (``StepDispatcher._release_if_unfinished``). The fence checked the epoch
+    in this transaction, so the step cannot be RUNNING under this claim afterwards: a later
+    claim takes a higher epoch. A transaction that rolls back ends nothing and the dispatcher
+    releases as before; a handler that records its own outcome later (the agents' "done",
+    with usage) overwrites this one.
+    """
+    attempt = RUNNING_ATTEMPT.get()
+    fence = change.fence
+    if attempt is None or attempt.ended or fence is None:
+        return
+    c = attempt.claim
+    if (change.tenant_id, change.run_id, fence.step_id, fence.owner_epoch) != (
+            c.tenant_id, c.run_id, c.step_id, c.owner_epoch):
+        return
+    states = [s.state for s in change.steps if s.step_id == c.step_id]
+    if not states or states[-1] == StepState.RUNNING:
+        return
+    if after_commit(conn, attempt._ended):
+        await end_attempt(conn, c, outcome="finished", now=at)
 
 
 async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> None:
