@@ -157,7 +157,10 @@ async def eager_steps(db: Database, intake: StepIntake, consumer: ConsumerRunner
 @asynccontextmanager
 async def stack(db: Database, bootstrap: str) -> AsyncIterator[tuple[Deps, BusProducer]]:
     clock = SystemClock()
-    deps = Deps(db=db, clock=clock, config=WorkflowConfig(environment=ENV), tickets=BuiltinTicketSystem(db, clock))
+    # Runs held waiting for the memory figure (10,000 take longer than the default 30 min approval
+    # expiry to start on this machine): an expired approval would end a run the figure counts.
+    config = WorkflowConfig(environment=ENV, approval_expiry=timedelta(hours=24))
+    deps = Deps(db=db, clock=clock, config=config, tickets=BuiltinTicketSystem(db, clock))
     async with BusProducer(bootstrap) as producer:
         coordinator = CoordinatorWorker(
             deps, StepDispatcher(db=db, clock=clock, handlers=step_handlers(deps), owner="bench-coordinator"),
