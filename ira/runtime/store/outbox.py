@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -117,22 +117,21 @@ async def claim_batch(
     so a row is never leased twice.
     """
     listed = [topic for lane in lanes for topic in lane]
-    filters: list[tuple[str, list[str]]] = [("in", list(lane)) for lane in lanes if lane]
-    filters.append(("not_in", listed) if listed else ("all", []))
+    steps: list[tuple[Any, dict[str, object]]] = [
+        (_lane_statement(len(lane)), {f"topic_{i}": topic for i, topic in enumerate(lane)}) for lane in lanes if lane]
+    steps.append((_CLAIM["not_in"], {"topics": listed}) if listed else (_CLAIM["all"], {}))
     rows: list[OutboxRow] = []
-    for shape, topics in filters:
+    for statement, topics in steps:
         if len(rows) >= limit:
             break
-        params = {"relay_id": relay_id, "now": now, "until": now + lease, "limit": limit - len(rows)}
-        if shape != "all":
-            params["topics"] = topics
-        result = await conn.execute(_CLAIM[shape], params)
+        params = {"relay_id": relay_id, "now": now, "until": now + lease, "limit": limit - len(rows), **topics}
+        result = await conn.execute(statement, params)
         rows += [OutboxRow(*r) for r in result]
     return sorted(rows, key=lambda r: r.id)
 
 
 def _claim_statement(topics: Any) -> Any:
-    """Lease the oldest claimable rows (of ``topics``' lane); parameters ``relay_id``, ``now``,
+    """Lease the oldest claimable rows (of ``topics``); parameters ``relay_id``, ``now``,
     ``until``, ``limit`` (and ``topics``, a list)."""
     now = bindparam("now", type_=outbox.c.claimed_until.type)
     claimable = _claimable(now) if topics is None else and_(_claimable(now), topics)
@@ -140,6 +139,25 @@ def _claim_statement(topics: Any) -> Any:
         select(outbox.c.id).where(claimable).order_by(outbox.c.id).limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
     )
+    return _lease(candidates, now)
+
+
+def _lane_statement(topics: int) -> Any:
+    """Lease a lane's oldest claimable rows, its ``topics`` topics (``topic_0`` ...) each read
+    oldest first on ``ix_outbox_unsent_topic`` up to ``limit``, the lane's oldest ``limit`` of
+    those. One topic at a time: a lane whose topics have few unsent rows reads those few, where
+    ``topic IN (..)`` walked every unsent row of every other topic, once per relay pass."""
+    if topics not in _LANES:
+        now = bindparam("now", type_=outbox.c.claimed_until.type)
+        parts = [select(outbox.c.id).where(outbox.c.topic == bindparam(f"topic_{i}"), _claimable(now))
+                 .order_by(outbox.c.id).limit(bindparam("limit")).with_for_update(skip_locked=True)
+                 .subquery(f"topic_{i}") for i in range(topics)]
+        lane = union_all(*(select(part.c.id) for part in parts)).subquery("lane")
+        _LANES[topics] = _lease(select(lane.c.id).order_by(lane.c.id).limit(bindparam("limit")), now)
+    return _LANES[topics]
+
+
+def _lease(candidates: Any, now: Any) -> Any:
     return (
         update(outbox)
         .where(outbox.c.id.in_(candidates.scalar_subquery()), _claimable(now))
@@ -149,11 +167,11 @@ def _claim_statement(topics: Any) -> Any:
     )
 
 
-_TOPICS: Any = bindparam("topics", expanding=True)
-_CLAIM = {"all": _claim_statement(None), "in": _claim_statement(outbox.c.topic.in_(_TOPICS)),
-          "not_in": _claim_statement(outbox.c.topic.not_in(_TOPICS))}
-"""The relay's claim, one statement per lane shape, built once (parameters, not literals: the
-compiled form is SQLAlchemy's cached one, with no statement built or keyed per pass)."""
+_CLAIM = {"all": _claim_statement(None),
+          "not_in": _claim_statement(outbox.c.topic.not_in(bindparam("topics", expanding=True)))}
+_LANES: dict[int, Any] = {}
+"""The relay's claims, built once per shape (parameters, not literals: the compiled form is
+SQLAlchemy's cached one, with no statement built or keyed per pass); lanes by topic count."""
 
 
 async def mark_sent(conn: AsyncConnection, *, relay_id: str, ids: Sequence[int], at: datetime) -> int:

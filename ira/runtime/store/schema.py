@@ -251,6 +251,10 @@ outbox = Table(
     Index("ix_outbox_unsent", "sent_at", "id"),
     Index("ix_outbox_awaiting", "awaits", "sent_at"),
 )
+Index("ix_outbox_unsent_topic", outbox.c.topic, outbox.c.id,
+      sqlite_where=outbox.c.sent_at.is_(None), postgresql_where=outbox.c.sent_at.is_(None))
+"""The relay's lanes claim one topic's oldest unsent rows at a time: without it, a lane whose
+topics have no unsent row walked every unsent row of the others (``ix_outbox_unsent``) per pass."""
 """``awaits``: the consumer whose inbox must come to hold the message; the scanner re-sends a
 sent row until it does (then clears it). ``check_at``: not before this time again (backoff)."""
 
