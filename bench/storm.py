@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +164,10 @@ async def run_of(client: Http, marker: str) -> dict[str, Any] | None:
     return next((r for r in json.loads(body)["runs"] if marker in (r.get("title") or "")), None)
 
 
-async def new_incidents(port: int, *, every: float, seconds: float, timeout: float) -> list[float]:
-    """Post a new incident's alert every ``every`` s during the storm; seconds until its run exists."""
+async def new_incidents(port: int, *, every: float, seconds: float, timeout: float,
+                        posts: list[tuple[str, datetime, float]] | None = None) -> list[float]:
+    """Post a new incident's alert every ``every`` s during the storm; seconds until its run exists.
+    ``posts`` collects (alertname, posted at, seconds to its run) for :func:`hops`."""
     client, poster, found = Http(port), Http(port), []
     started = time.monotonic()
     i = 0
@@ -173,7 +175,7 @@ async def new_incidents(port: int, *, every: float, seconds: float, timeout: flo
         while time.monotonic() - started < seconds:
             marker = f"fresh incident {uuid.uuid4().hex[:8]}"
             body = webhook([alert(f"Fresh{i}", f"fresh-{i}", uuid.uuid4().hex[:16], summary=marker)])
-            posted = time.monotonic()
+            posted, posted_at = time.monotonic(), datetime.now(UTC)
             status, _ = await poster.request("POST", PATH, body, TOKEN)
             if status == 202:
                 while time.monotonic() - posted < timeout:
@@ -183,12 +185,87 @@ async def new_incidents(port: int, *, every: float, seconds: float, timeout: flo
                     await asyncio.sleep(0.1)  # polling interval of the measurement
                 else:
                     found.append(float("inf"))
+                if posts is not None:
+                    posts.append((f"Fresh{i}", posted_at, found[-1]))
             i += 1
             await asyncio.sleep(max(0.0, every - (time.monotonic() - posted)))
     finally:
         await client.close()
         await poster.close()
     return found
+
+
+HOPS = (
+    ("gateway", "posted", "received"),
+    ("alert_relay", "received", "alert_sent"),
+    ("triage_fetch", "alert_sent", "triaged"),
+    ("triage", "triaged", "decided"),
+    ("decision_relay", "decided", "decision_sent"),
+    ("coordinator_fetch", "decision_sent", "coordinator"),
+    ("coordinator", "coordinator", "run"),
+    ("seen", "run", "seen"),
+)
+"""Where a new incident's alert spent its time, from the store's own timestamps: the alert's
+receipt and its outbox row's send, triage's inbox row (start of its batch's transaction) and the
+create_run decision, the decision's outbox send, the coordinator's inbox row, the run row, and
+the bench's poll that saw the run. A decision handed to the coordinator in-process (eager
+dispatch) reaches the coordinator before its outbox row is sent: ``decision_relay`` is then
+0 and ``coordinator_fetch`` counts from the decision."""
+
+
+def _at(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def hops(database: Path, posts: list[tuple[str, datetime, float]]) -> list[dict[str, float | None]]:
+    """Each new incident's wait per hop, in seconds (None where the hop did not happen yet)."""
+    import sqlite3
+
+    found: list[dict[str, float | None]] = []
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+        for name, posted_at, waited in posts:
+            times: dict[str, datetime | None] = {"posted": posted_at}
+            if waited != float("inf"):
+                times["seen"] = posted_at + timedelta(seconds=waited)
+            row = db.execute("SELECT event_id, received_at FROM alerts WHERE name = ? ORDER BY received_at LIMIT 1",
+                             (name,)).fetchone()
+            if row is not None:
+                event_id, times["received"] = row[0], _at(row[1])
+                times["alert_sent"] = _at(next(iter(db.execute(
+                    "SELECT sent_at FROM outbox WHERE message_id = ?", (event_id,)).fetchone() or ()), None))
+                times["triaged"] = _at(next(iter(db.execute(
+                    "SELECT received_at FROM inbox WHERE consumer = 'triage' AND message_id = ?",
+                    (event_id,)).fetchone() or ()), None))
+                decision = db.execute("SELECT evaluation_id, at FROM decisions WHERE event_id = ? "
+                                      "AND decision = 'create_run'", (event_id,)).fetchone()
+                if decision is not None:
+                    evaluation_id, times["decided"] = decision[0], _at(decision[1])
+                    times["decision_sent"] = _at(next(iter(db.execute(
+                        "SELECT sent_at FROM outbox WHERE message_id = ?", (evaluation_id,)).fetchone() or ()), None))
+                    times["coordinator"] = _at(next(iter(db.execute(
+                        "SELECT received_at FROM inbox WHERE consumer = 'coordinator' AND message_id = ?",
+                        (evaluation_id,)).fetchone() or ()), None))
+                    times["run"] = _at(next(iter(db.execute(
+                        "SELECT created_at FROM runs WHERE idempotency_key = ?", (evaluation_id,)).fetchone() or ()),
+                        None))
+            if (times.get("coordinator") and times.get("decision_sent")
+                    and times["coordinator"] < times["decision_sent"]):  # type: ignore[operator]
+                times["decision_sent"] = times["decided"]  # went in eagerly, before the relay sent it
+            hop: dict[str, float | None] = {}
+            for label, start, end in HOPS:
+                a, b = times.get(start), times.get(end)
+                hop[label] = round(max(0.0, (b - a).total_seconds()), 3) if a and b else None
+            found.append(hop)
+    return found
+
+
+def hop_summary(per_incident: list[dict[str, float | None]]) -> dict[str, object]:
+    """p50 / max seconds of each hop over the new incidents."""
+    summary: dict[str, object] = {}
+    for label, _, _ in HOPS:
+        values = sorted(v for h in per_incident if (v := h.get(label)) is not None)
+        summary[label] = [round(statistics.median(values), 3), values[-1]] if values else None
+    return summary
 
 
 def lag(metrics: str, consumer: str) -> int:
@@ -220,11 +297,14 @@ async def main_async(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.25)
             progress(f"ira dev ready on :{port}; storm of {args.rate} alerts/s into {args.incidents} incidents "
                      f"for {args.seconds:g}s, a new incident every {args.new_every:g}s")
-            stop, counts = asyncio.Event(), {}
+            stop, load_start = asyncio.Event(), os.getloadavg()[0]
+            counts: dict[str, int] = {}
             storming = asyncio.create_task(storm(port, rate=args.rate, seconds=args.seconds, incidents=args.incidents,
                                                  batch=args.batch, stop=stop, counts=counts))
             await asyncio.sleep(min(5.0, args.seconds / 4))  # let the storm's own runs start first
-            waits = await new_incidents(port, every=args.new_every, seconds=args.seconds - 5, timeout=args.timeout)
+            posts: list[tuple[str, datetime, float]] = []
+            waits = await new_incidents(port, every=args.new_every, seconds=args.seconds - 5, timeout=args.timeout,
+                                        posts=posts)
             stop.set()
             await storming
             metrics = (await probe.request("GET", "/metrics"))[1].decode()
@@ -233,6 +313,7 @@ async def main_async(args: argparse.Namespace) -> None:
             approvals = [len(json.loads((await probe.request("GET", f"/v1/runs/{r['run_id']}"))[1])["approvals"])
                          for r in storm_runs]
             await probe.close()
+            per_hop = hops(home / "data" / "ira.db", posts)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGINT)
@@ -246,7 +327,11 @@ async def main_async(args: argparse.Namespace) -> None:
         emit({"measure": "new_incident_to_run", "posted": len(waits), "found": len(done),
               "p50_s": round(statistics.median(done), 3) if done else None,
               "p99_s": round(done[min(len(done) - 1, int(len(done) * 0.99))], 3) if done else None,
-              "max_s": round(done[-1], 3) if done else None})
+              "max_s": round(done[-1], 3) if done else None,
+              "load_avg_1m_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)]})
+        emit({"measure": "new_incident_hops_p50_max_s", **hop_summary(per_hop)})
+        for name_posted, hop in zip(posts, per_hop, strict=True):
+            progress(f"{name_posted[0]}: " + ", ".join(f"{k} {v}" for k, v in hop.items()))
         emit({"measure": "storm", "alerts_per_s": args.rate, "seconds": args.seconds, "incidents": args.incidents,
               **counts, "storm_runs": len(storm_runs),
               "run_events_per_incident_max": max((r["last_seq"] for r in storm_runs), default=0),

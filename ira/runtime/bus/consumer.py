@@ -299,6 +299,20 @@ class ConsumerRunner:
                 return await self._dead_letter(record, meta, exc, envelope)
             return RecordOutcome(self.name, _DROPPED[kind], meta, error_code(exc))
 
+    async def apply_local(self, envelope: Envelope, *, topic: str, key: str | None) -> Outcome:
+        """Apply a message this process just committed to its outbox, before the broker delivers
+        it (eager hand-over, inbox mode only): the same inbox row, handler and span as the
+        broker's copy, which then finds the inbox row and is dropped as a duplicate. A failure
+        is raised and leaves nothing behind (the transaction rolls back): the broker's copy
+        applies the message as if this never happened."""
+        if self._applier is None:
+            raise ValueError(f"consumer {self.name} has no inbox: a local copy could not be deduplicated")
+        meta = RecordMeta(topic=topic, partition=-1, offset=-1, key=key, headers={},
+                          timestamp_ms=int(envelope.occurred_at.timestamp() * 1000))
+        outcome = (await self._applier.apply([(envelope, meta)]))[0]
+        self._report(RecordOutcome(self.name, outcome, meta))
+        return outcome
+
     async def _apply(self, envelope: Envelope, meta: RecordMeta) -> Outcome:
         if self._applier is not None:
             return (await self._applier.apply([(envelope, meta)]))[0]
