@@ -35,6 +35,8 @@ class OutboxMessage(Model):
     """The consumer whose inbox must come to hold this message. Until it does, the scanner
     publishes it again (a broker may acknowledge and then forget); None: a hint nobody waits
     for (step wake-ups: the scanner re-discovers those from the steps themselves)."""
+    urgent: bool = False
+    """Relayed before every lane (its per-key order kept): someone waits for what it starts."""
 
 
 class Fence(Model):

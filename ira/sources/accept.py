@@ -18,7 +18,7 @@ duplicate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Protocol
 
@@ -66,8 +66,11 @@ class Acceptance(Protocol):
 class StoreAcceptance:
     """``ingest.ack: store``: the outbox commit is the commit point (module docstring)."""
 
-    def __init__(self, *, dedupe: EdgeDedupe, outbox: Outbox, topic: str, faults: FaultPoints) -> None:
+    def __init__(self, *, dedupe: EdgeDedupe, outbox: Outbox, topic: str, faults: FaultPoints,
+                 urgent: Callable[[Event], bool] = lambda _event: False) -> None:
+        """``urgent``: whether an event's row goes before the relay's backlog (:mod:`ira.sources.urgent`)."""
         self._dedupe, self._outbox, self._topic, self._faults = dedupe, outbox, topic, faults
+        self._urgent = urgent
 
     async def accept(self, rate: RateWindow, events: Sequence[Event], keys: Sequence[str], *,
                      window: timedelta) -> list[bool]:
@@ -79,7 +82,8 @@ class StoreAcceptance:
             return accepted
         parent = traceparent(trace.get_current_span().get_span_context())  # the relayed record continues it
         written = await self._outbox.enqueue_new(
-            [event_message(self._topic, events[i], traceparent=parent) for i in unmarked])
+            [event_message(self._topic, events[i], traceparent=parent, urgent=self._urgent(events[i]))
+             for i in unmarked])
         self._faults.hit(AFTER_COMMIT)
         for i in unmarked:
             key = (events[i].tenant_id, events[i].event_id)

@@ -29,6 +29,8 @@ from ira.sources.api import ingest_lane
 from ira.sources.dedupe import EdgeDedupe
 from ira.sources.ingest import Ingest
 from ira.sources.metrics import SourceMetrics
+from ira.sources.urgent import FirstOfGroup
+from ira.triage.grouping import group_key, group_labels
 
 
 def redis_prefix_for(settings: Settings) -> str:
@@ -58,7 +60,9 @@ def build_lane(
     if settings.ingest.ack == "store":
         if outbox is None:
             raise ValueError("ingest.ack: store needs the store's outbox")
-        acceptance = StoreAcceptance(dedupe=dedupe, outbox=outbox, topic=topic, faults=FaultPoints(settings.faults))
+        acceptance = StoreAcceptance(dedupe=dedupe, outbox=outbox, topic=topic, faults=FaultPoints(settings.faults),
+                                     urgent=FirstOfGroup(lambda alert: group_key(group_labels(
+                                         alert, settings.triage.group_by_for(alert.tenant_id)))))
     else:
         if publisher is None:
             raise ValueError("ingest.ack: broker needs a publisher")

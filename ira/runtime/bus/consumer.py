@@ -21,6 +21,9 @@ claim): the handler gets no connection and opens its own transactions.
 ``batch_size > 1`` applies up to that many already-fetched records of a partition in one
 transaction: one commit instead of N is what lets one consumer keep up with ~1,000 events/s.
 If anything in the batch fails, the batch rolls back and its records go one by one.
+
+Records marked urgent (a new group's first alert) are applied before the rest of their fetch,
+unless an earlier fetched record has their key; the in-order pass drops them by the inbox.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from datetime import timedelta
 from typing import Any, cast
@@ -64,6 +67,7 @@ from ira.runtime.bus.record import (
 from ira.runtime.duty import Duty, enlist
 from ira.runtime.fault import FaultPoints
 from ira.runtime.store.database import Database
+from ira.runtime.store.outbox import URGENT_HEADER
 from ira.runtime.store.parked import ParkSummary
 
 log = logging.getLogger(__name__)
@@ -138,6 +142,7 @@ class ConsumerRunner:
             while not stop.is_set():
                 fetched = await self._fetch(consumer, stop)
                 duty.report(idle=not fetched)
+                await self._apply_urgent(fetched)
                 for tp, records in fetched.items():
                     await self._commit(consumer, tp, await self._process_partition(records, stop))
                     duty.report(idle=False, done=len(records))
@@ -298,6 +303,33 @@ class ConsumerRunner:
             if kind is Disposition.DEAD_LETTER:
                 return await self._dead_letter(record, meta, exc, envelope)
             return RecordOutcome(self.name, _DROPPED[kind], meta, error_code(exc))
+
+    async def _apply_urgent(self, fetched: Mapping[TopicPartition, Sequence[Any]]) -> None:
+        """Apply the fetched records marked urgent (``outbox.URGENT_HEADER``: a new group's first
+        alert behind a storm's backlog) before the rest, in one transaction; each only if no
+        earlier fetched record of its partition has its key, so per-key order holds. The
+        in-order pass then finds their inbox rows (reported once more, as duplicates) and
+        commits the offsets as ever. A failure here changes nothing: the in-order pass applies
+        them with its retries, parking and dead letters."""
+        if self._applier is None:
+            return
+        items: list[tuple[Envelope, RecordMeta]] = []
+        for records in fetched.values():
+            keys: set[bytes | None] = set()
+            for record in records:
+                if record.key not in keys and any(name == URGENT_HEADER for name, _ in record.headers or ()):
+                    with suppress(InvalidMessageError):  # poison: the in-order pass dead-letters it
+                        items.append((Envelope.from_bytes(record.value), record_meta(record)))
+                keys.add(record.key)
+        if not items:
+            return
+        try:
+            outcomes = await self._applier.apply(items)
+        except Exception as exc:
+            log.debug("consumer %s: %d urgent record(s) left to the in-order pass: %r", self.name, len(items), exc)
+            return
+        for outcome, (_, meta) in zip(outcomes, items, strict=True):
+            self._report(RecordOutcome(self.name, outcome, meta))
 
     async def apply_local(self, envelope: Envelope, *, topic: str, key: str | None) -> Outcome:
         """Apply a message this process just committed to its outbox, before the broker delivers

@@ -26,7 +26,10 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    and_,
+    false,
     literal_column,
+    true,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
@@ -247,6 +250,7 @@ outbox = Table(
     Column("awaits", String(100)),
     Column("check_at", _tz()),
     Column("resends", Integer, nullable=False, server_default="0"),
+    Column("urgent", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant_id", "message_id"),
     Index("ix_outbox_unsent", "sent_at", "id"),
     Index("ix_outbox_awaiting", "awaits", "sent_at"),
@@ -255,8 +259,13 @@ Index("ix_outbox_unsent_topic", outbox.c.topic, outbox.c.id,
       sqlite_where=outbox.c.sent_at.is_(None), postgresql_where=outbox.c.sent_at.is_(None))
 """The relay's lanes claim one topic's oldest unsent rows at a time: without it, a lane whose
 topics have no unsent row walked every unsent row of the others (``ix_outbox_unsent``) per pass."""
+OUTBOX_URGENT_UNSENT = and_(outbox.c.urgent == true(), outbox.c.sent_at.is_(None))
+Index("ix_outbox_urgent_unsent", outbox.c.id, sqlite_where=OUTBOX_URGENT_UNSENT,
+      postgresql_where=OUTBOX_URGENT_UNSENT)
+"""The relay claims urgent rows first, every pass: this reads the few there are, not the backlog."""
 """``awaits``: the consumer whose inbox must come to hold the message; the scanner re-sends a
-sent row until it does (then clears it). ``check_at``: not before this time again (backoff)."""
+sent row until it does (then clears it). ``check_at``: not before this time again (backoff).
+``urgent``: relayed before every lane (``outbox.claim_batch``)."""
 
 inbox = Table(
     "inbox", metadata,
