@@ -36,7 +36,7 @@ class OutboxMessage(Model):
     publishes it again (a broker may acknowledge and then forget); None: a hint nobody waits
     for (step wake-ups: the scanner re-discovers those from the steps themselves)."""
     urgent: bool = False
-    """Relayed before every lane (its per-key order kept): someone waits for what it starts."""
+    """Taken first by its consumer (its per-key order kept): someone waits for what it starts."""
 
 
 class Fence(Model):

@@ -48,6 +48,7 @@ from ira.runtime.bus.producer import BusProducer, Published
 from ira.runtime.bus.record import Disposition, InboxHandler, Outcome, PlainHandler, RecordMeta, disposition
 from ira.runtime.bus.together import TogetherPublisher
 from ira.runtime.store.database import Database
+from ira.runtime.store.outbox import URGENT_HEADER, envelope_headers
 from ira.runtime.store.schema import inbox
 from tests.eventually import eventually
 from tests.kafka_fixtures import unique_environment
@@ -557,3 +558,31 @@ def test_the_error_class_decides_what_happens_to_a_record(
 ) -> None:
     assert disposition(error, attempt=attempt, max_unexpected_attempts=5) is expected
 
+
+
+async def test_urgent_records_of_a_fetch_go_first_unless_their_key_came_earlier(
+    kafka: EmbeddedKafka, producer: BusProducer, db: Database
+) -> None:
+    # Given one partition holding a storm's 20 alerts, then an urgent alert of a new key (a new
+    # group's first alert), then an urgent alert whose key already has an alert in the storm
+    environment = unique_environment()
+    await ensure_topics(kafka.bootstrap, environment, partitions=1)
+    topic = topic_name(Topic.ALERTS, environment)
+    names = {}
+    for name, key, urgent in [*((f"storm{i}", f"acme:fp-{i}", False) for i in range(20)),
+                              ("new", "acme:fp-new", True), ("same-key", "acme:fp-3", True)]:
+        env = envelope()
+        names[env.message_id] = name
+        headers = {**envelope_headers(env), **({URGENT_HEADER: "true"} if urgent else {})}
+        await producer.publish_raw(topic, key, env.to_bytes(), headers)
+
+    # When a batched consumer reads them (all in its first fetch)
+    consumer = runner(environment, kafka, producer, recording_handler, db=db, batch_size=8)
+    async with running(consumer):
+        await eventually(lambda: consumer.stats.committed.get((topic, 0)) == 22, timeout=20)
+
+    # Then the new key's alert was applied first, the other after its key's earlier alert, each once
+    order = [names[message_id] for message_id in await applied(db)]
+    assert order[0] == "new"
+    assert order.index("same-key") > order.index("storm3")
+    assert sorted(order) == sorted(names.values())

@@ -158,3 +158,20 @@ def test_ack_broker_is_refused_on_the_embedded_broker_and_allowed_on_an_external
     assert "embedded broker keeps records in memory" in refused.value.message
     external = load_settings({"IRA_INGEST_ACK": "broker", "IRA_KAFKA_BOOTSTRAP": "kafka-1:9092,kafka-2:9092"})
     assert (external.ingest.ack, load_settings({}).ingest.ack) == ("broker", "store")
+
+
+async def test_the_first_alert_of_a_new_group_is_stored_urgent_and_its_follow_ups_are_not(
+    db: Database, redis: Redis, redis_prefix: str
+) -> None:
+    # Given a gateway answering after the store's commit
+    edge, _ = store_edge(db, redis, redis_prefix)
+    other = json.loads(distinct_alert(9))
+    other["alerts"][0]["labels"]["alertname"] = "AnotherIncident"  # another group (by alertname)
+    # When a group's alert arrives, then two more of it, then another group's
+    async with edge.client() as client:
+        ids = [(await client.post(AM, content=body, headers=bearer(AM_TOKEN))).json()["event_ids"][0]
+               for body in (distinct_alert(1), distinct_alert(2), distinct_alert(3), json.dumps(other).encode())]
+    # Then the first alert of each group is urgent (relayed before any backlog), the follow-ups not
+    async with db.reader() as conn:
+        urgent = dict((await conn.execute(select(outbox.c.message_id, outbox.c.urgent))).tuples().all())
+    assert [urgent[i] for i in ids] == [True, False, False, True]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, func, insert, or_, select, true, union_all, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -106,14 +106,6 @@ _INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(outbox).on_
 """``enqueue_new``'s statement per dialect (False: SQLite), built once: building and keying a
 statement per call cost more CPU than SQLAlchemy's compiled-statement cache saves."""
 
-_older = outbox.alias("older")
-_URGENT_IN_ORDER = and_(outbox.c.urgent == true(), ~exists().where(
-    _older.c.sent_at.is_(None), _older.c.topic == outbox.c.topic, _older.c.key == outbox.c.key,
-    _older.c.id < outbox.c.id))
-"""An urgent row that may go before the lanes: no older row of its topic and key is unsent
-(``urgent = true`` as spelled in ``ix_outbox_urgent_unsent``, so the planner reads that index)."""
-
-
 def _claimable(now: Any) -> Any:
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))
 
@@ -126,18 +118,12 @@ async def claim_batch(
     ``lanes``: topics in priority order; a lane's rows are claimed before the next lane's, and
     topics in no lane come last. A topic is in one lane only, so each topic (and each key) is
     still relayed oldest first; a backlog of bulk messages (a storm's follow-ups) no longer
-    stands before a new incident's run request. Before every lane come the ``urgent`` rows
-    (a new group's first alert) that no older unsent row of their topic and key precedes, in a
-    batch of their own: an urgent row overtakes other keys' backlog, never its own key's.
+    stands before a new incident's run request.
 
     The claimable condition is repeated on the outer UPDATE: under PostgreSQL's READ
     COMMITTED a concurrent relay that claimed the same row first makes the re-check fail,
     so a row is never leased twice.
     """
-    params: dict[str, Any] = {"relay_id": relay_id, "now": now, "until": now + lease, "limit": limit}
-    urgent = [OutboxRow(*r) for r in await conn.execute(_CLAIM["urgent"], params)]
-    if urgent:  # a batch of their own: their publish does not wait for a full batch of backlog
-        return urgent
     listed = [topic for lane in lanes for topic in lane]
     steps: list[tuple[Any, dict[str, object]]] = [
         (_lane_statement(len(lane)), {f"topic_{i}": topic for i, topic in enumerate(lane)}) for lane in lanes if lane]
@@ -190,8 +176,7 @@ def _lease(candidates: Any, now: Any) -> Any:
 
 
 _CLAIM = {"all": _claim_statement(None),
-          "not_in": _claim_statement(outbox.c.topic.not_in(bindparam("topics", expanding=True))),
-          "urgent": _claim_statement(_URGENT_IN_ORDER)}
+          "not_in": _claim_statement(outbox.c.topic.not_in(bindparam("topics", expanding=True)))}
 _LANES: dict[int, Any] = {}
 """The relay's claims, built once per shape (parameters, not literals: the compiled form is
 SQLAlchemy's cached one, with no statement built or keyed per pass); lanes by topic count."""

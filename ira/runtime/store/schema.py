@@ -26,10 +26,8 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
-    and_,
     false,
     literal_column,
-    true,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
@@ -259,13 +257,9 @@ Index("ix_outbox_unsent_topic", outbox.c.topic, outbox.c.id,
       sqlite_where=outbox.c.sent_at.is_(None), postgresql_where=outbox.c.sent_at.is_(None))
 """The relay's lanes claim one topic's oldest unsent rows at a time: without it, a lane whose
 topics have no unsent row walked every unsent row of the others (``ix_outbox_unsent``) per pass."""
-OUTBOX_URGENT_UNSENT = and_(outbox.c.urgent == true(), outbox.c.sent_at.is_(None))
-Index("ix_outbox_urgent_unsent", outbox.c.id, sqlite_where=OUTBOX_URGENT_UNSENT,
-      postgresql_where=OUTBOX_URGENT_UNSENT)
-"""The relay claims urgent rows first, every pass: this reads the few there are, not the backlog."""
 """``awaits``: the consumer whose inbox must come to hold the message; the scanner re-sends a
 sent row until it does (then clears it). ``check_at``: not before this time again (backoff).
-``urgent``: relayed before every lane (``outbox.claim_batch``)."""
+``urgent``: taken first by its consumer (``ConsumerRunner``, eager triage)."""
 
 inbox = Table(
     "inbox", metadata,
