@@ -208,9 +208,9 @@ HOPS = (
 """Where a new incident's alert spent its time, from the store's own timestamps: the alert's
 receipt and its outbox row's send, triage's inbox row (start of its batch's transaction) and the
 create_run decision, the decision's outbox send, the coordinator's inbox row, the run row, and
-the bench's poll that saw the run. A decision handed to the coordinator in-process (eager
-dispatch) reaches the coordinator before its outbox row is sent: ``decision_relay`` is then
-0 and ``coordinator_fetch`` counts from the decision."""
+the bench's poll that saw the run. An alert or a decision handed over in-process (eager) is
+applied before its outbox row is sent: ``alert_relay`` / ``decision_relay`` is then 0 and
+``triage_fetch`` / ``coordinator_fetch`` counts from the receipt / the decision."""
 
 
 def _at(value: str | None) -> datetime | None:
@@ -248,6 +248,9 @@ def hops(database: Path, posts: list[tuple[str, datetime, float]]) -> list[dict[
                     times["run"] = _at(next(iter(db.execute(
                         "SELECT created_at FROM runs WHERE idempotency_key = ?", (evaluation_id,)).fetchone() or ()),
                         None))
+            triaged, alert_sent = times.get("triaged"), times.get("alert_sent")
+            if triaged and alert_sent and triaged < alert_sent:
+                times["alert_sent"] = times["received"]  # triaged in-process (eager), before the relay sent it
             if (times.get("coordinator") and times.get("decision_sent")
                     and times["coordinator"] < times["decision_sent"]):  # type: ignore[operator]
                 times["decision_sent"] = times["decided"]  # went in eagerly, before the relay sent it

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -27,13 +25,12 @@ from ira.coordinator.intake import apply_decision, parse_decision
 from ira.coordinator.timeouts import handle_timer
 from ira.coordinator.updates import apply_update, parse_update
 from ira.core.alert import DecisionKind
-from ira.core.commit import OutboxMessage
 from ira.core.decision import DECISION_MESSAGE, DECISIONS_INBOX, UPDATES_INBOX
 from ira.core.envelope import PRODUCTION, Envelope, Topic, topic_name
-from ira.runtime import runtrace
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
+from ira.runtime.bus.eager import EagerInbox
 from ira.runtime.bus.producer import BusProducer
-from ira.runtime.bus.record import Outcome, RecordMeta, RecordOutcome
+from ira.runtime.bus.record import RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.intake import StepIntake
 from ira.runtime.store.parked import ParkSummary
@@ -45,18 +42,6 @@ STEPS_CONSUMER = "coordinator-steps"
 UPDATES_CONSUMER = UPDATES_INBOX
 EAGER_DECISIONS = 8
 """Run requests applied in-process at once; beyond that they are left to their broker copies."""
-
-
-@dataclass
-class EagerStats:
-    applied: int = 0
-    """Run requests applied right after this process's commit."""
-    duplicate: int = 0
-    """Local copies the broker's copy had already applied."""
-    skipped: int = 0
-    """Left to the broker: every eager slot was busy."""
-    failed: int = 0
-    """Rolled back (the broker's copy applies them)."""
 
 
 def group_prefix(environment: str) -> str:
@@ -95,43 +80,11 @@ class CoordinatorWorker:
             dlq_topic=dlq, db=deps.db, inbox=False, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
             on_lag=_named(STEPS_CONSUMER, on_lag), on_parked=_named(STEPS_CONSUMER, on_parked))
         self.intake = StepIntake(dispatcher, max_concurrent)
-        self._incidents_topic = topic_name(Topic.INCIDENTS, env)
-        self._eager: set[asyncio.Task[None]] = set()
-        self.eager_stats = EagerStats()
-
-    def committed(self, messages: Sequence[OutboxMessage]) -> None:
-        """A commit listener: start applying the run requests this process's commit wrote."""
-        for message in messages:
-            envelope = message.envelope
-            if (message.topic != self._incidents_topic or envelope.type != DECISION_MESSAGE
-                    or envelope.payload.get("decision") != DecisionKind.CREATE_RUN):
-                continue
-            if len(self._eager) >= EAGER_DECISIONS:
-                self.eager_stats.skipped += 1
-                continue
-            # the trace the decision carries, as its broker copy would: not the committing span's
-            task = asyncio.get_running_loop().create_task(
-                self._apply_eagerly(message), context=runtrace.task_context(envelope.traceparent))
-            self._eager.add(task)
-            task.add_done_callback(self._eager.discard)
-
-    async def _apply_eagerly(self, message: OutboxMessage) -> None:
-        try:
-            outcome = await self.decisions.apply_local(message.envelope, topic=message.topic, key=message.key)
-        except Exception as exc:  # nothing was kept: the broker's copy applies the decision
-            self.eager_stats.failed += 1
-            log.info("run request %s left to the broker: %r", message.envelope.message_id, exc)
-            return
-        if outcome == Outcome.DUPLICATE:
-            self.eager_stats.duplicate += 1
-        else:
-            self.eager_stats.applied += 1
-
-    @contextmanager
-    def eager_decisions(self) -> Iterator[None]:
-        """Apply the run requests this process's own commits write while the block runs."""
-        with self.deps.db.listening(self.committed):
-            yield
+        incidents = topic_name(Topic.INCIDENTS, env)
+        self.eager = EagerInbox(self.decisions, size=EAGER_DECISIONS, wants=lambda m: (
+            m.topic == incidents and m.envelope.type == DECISION_MESSAGE
+            and m.envelope.payload.get("decision") == DecisionKind.CREATE_RUN))
+        """Run requests this process's triage commits, applied right after its commit."""
 
     async def _on_decision(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
         await apply_decision(conn, parse_decision(envelope), config=self.deps.config, at=self.deps.clock.now())
@@ -152,13 +105,10 @@ class CoordinatorWorker:
         """Consume until ``stop``; meanwhile take the coordinator steps this process's own
         commits make ready (eager dispatch), then give running steps ``drain`` to finish."""
         try:
-            with self.intake.eager(self.deps.db), self.eager_decisions():
+            with self.intake.eager(self.deps.db), self.eager.listening(self.deps.db):
                 await asyncio.gather(self.decisions.run(stop), self.updates.run(stop), self.steps.run(stop))
         finally:
-            if self._eager:  # a cancelled one rolls back: its broker copy is applied by the next consumer
-                await asyncio.wait(set(self._eager), timeout=drain.total_seconds())
-                for task in list(self._eager):
-                    task.cancel()
+            await self.eager.drain(drain)
             await self.intake.drain(drain)
 
 

@@ -2,7 +2,8 @@
 
 ``run`` consumes ``ira.alerts.v1`` (consumer ``triage``, group ``ira-triage``, inbox mode,
 ``triage.batch_size`` events per transaction), closes incidents whose quiet period passed,
-sends the incident updates that became due (:mod:`ira.triage.sweep`), and — with
+sends the incident updates that became due (:mod:`ira.triage.sweep`), triages the urgent alerts a
+gateway of the same process commits right after that commit (:func:`eager_alerts`), and — with
 ``triage.noise.enabled`` — supervises the faust noise worker child process.
 Its incidents are read through ``ira.readmodel`` (served by the dashboard role).
 """
@@ -11,10 +12,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ira.core.alert import ALERTS_INBOX
+from ira.core.commit import OutboxMessage
 from ira.core.envelope import PRODUCTION, Topic, topic_name
+from ira.runtime.bus.consumer import ConsumerRunner
+from ira.runtime.bus.eager import EagerInbox
+from ira.runtime.store import outbox
+from ira.runtime.store.database import Database
 from ira.runtime.wiring import build_consumer
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
 from ira.triage.sweep import sweep_updates
@@ -73,6 +80,19 @@ def _redis_url(platform: Platform) -> str:
     return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
 
 
+def eager_alerts(runner: ConsumerRunner, db: Database, *, environment: str) -> EagerInbox:
+    """The urgent alerts (a new group's first, :mod:`ira.sources.urgent`) a gateway of this
+    process commits, triaged right after its commit instead of after the relay and the broker,
+    unless an older alert of the same key may still be on its way (per-key order)."""
+    topic = topic_name(Topic.ALERTS, environment)
+
+    async def older_on_its_way(message: OutboxMessage) -> bool:
+        async with db.reader() as conn:
+            return await outbox.has_older_pending(conn, message, consumer=CONSUMER)
+
+    return EagerInbox(runner, wants=lambda m: m.urgent and m.topic == topic, guard=older_on_its_way)
+
+
 class TriageRole:
     """``ira worker --role triage``."""
 
@@ -87,15 +107,22 @@ class TriageRole:
         runner = build_consumer(platform, name=CONSUMER, topics=[Topic.ALERTS], handler=handler,
                                 group_id=scoped("ira-triage", settings.environment),
                                 batch_size=settings.triage.batch_size, batch_hooks=handler)
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(runner.run(stop), name="triage-consumer")
-            tasks.create_task(close_quiet_incidents(platform.db, platform.clock, settings=settings.triage,
-                                                    stop=stop), name="triage-close")
-            tasks.create_task(sweep_updates(platform.db, platform.clock, interval=settings.triage.update_interval,
-                                            environment=settings.environment, stop=stop), name="triage-updates")
-            if settings.triage.noise.enabled:
-                noise = build_noise_process(platform, redis_url=_redis_url(platform))
-                tasks.create_task(noise.run(stop), name="triage-noise")
+        eager = eager_alerts(runner, platform.db, environment=settings.environment)
+        try:
+            with eager.listening(platform.db):
+                async with asyncio.TaskGroup() as tasks:
+                    tasks.create_task(runner.run(stop), name="triage-consumer")
+                    tasks.create_task(close_quiet_incidents(platform.db, platform.clock, settings=settings.triage,
+                                                            stop=stop), name="triage-close")
+                    tasks.create_task(sweep_updates(platform.db, platform.clock,
+                                                    interval=settings.triage.update_interval,
+                                                    environment=settings.environment, stop=stop),
+                                      name="triage-updates")
+                    if settings.triage.noise.enabled:
+                        noise = build_noise_process(platform, redis_url=_redis_url(platform))
+                        tasks.create_task(noise.run(stop), name="triage-noise")
+        finally:
+            await eager.drain(timedelta(seconds=5))
 
 
 role = TriageRole()

@@ -14,6 +14,7 @@ from ira.coordinator.worker import CoordinatorWorker
 from ira.core.alert import DecisionKind
 from ira.core.clock import FrozenClock
 from ira.core.envelope import Envelope
+from ira.runtime.bus.eager import EagerStats
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import Outcome
 from ira.runtime.dispatch import StepDispatcher
@@ -52,11 +53,11 @@ async def decision_row(db: Database, evaluation_id: str) -> tuple[Envelope, str,
 
 async def test_a_run_request_committed_by_triage_starts_its_run_without_relay_or_broker(db: Database) -> None:
     worker, triage = coordinator(db), handler(FrozenClock(T0))
-    with worker.eager_decisions():
+    with worker.eager.listening(db):
         evaluation = await apply(db, triage, alert(fingerprint="fp-new"))
         assert evaluation.decision == DecisionKind.CREATE_RUN
         await eventually(lambda: run_count(db, evaluation.evaluation_id), timeout=10)
-    assert worker.eager_stats.applied == 1
+    assert worker.eager.stats.applied == 1
     envelope, key, sent = await decision_row(db, evaluation.evaluation_id)
     assert not sent  # nothing relayed it: the run came from the commit itself
     async with db.reader() as conn:  # the same inbox row as the broker's copy would have written
@@ -70,8 +71,8 @@ async def test_a_run_request_committed_by_triage_starts_its_run_without_relay_or
 
 async def test_only_run_requests_of_this_environment_are_taken(db: Database) -> None:
     worker, staging = coordinator(db), handler(FrozenClock(T0), environment="staging")
-    with worker.eager_decisions():
+    with worker.eager.listening(db):
         evaluation = await apply(db, staging, alert(fingerprint="fp-staging"))
     assert evaluation.decision == DecisionKind.CREATE_RUN
-    assert worker.eager_stats == type(worker.eager_stats)()  # staging's run request is staging's coordinator's
+    assert worker.eager.stats == EagerStats()  # staging's run request is staging's coordinator's
     assert await run_count(db, evaluation.evaluation_id) == 0

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.runtime.store.database import settle_taken, take_written
-from ira.runtime.store.schema import outbox
+from ira.runtime.store.schema import inbox, outbox
 
 MessageKey = tuple[str, str]
 """(tenant_id, message_id): a message's identity in the outbox."""
@@ -98,7 +98,26 @@ async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], 
         return set()
     rows = {(m.envelope.tenant_id, m.envelope.message_id): _row(m, at) for m in messages}  # one per id
     result = await conn.execute(_INSERT_NEW[conn.dialect.name == "postgresql"], list(rows.values()))
-    return {(row.tenant_id, row.message_id) for row in result}
+    written = {(row.tenant_id, row.message_id) for row in result}
+    if any(m.urgent for m in messages):  # announced once committed (eager triage); no listener takes an alert
+        take_written(conn, [m for m in messages if m.urgent and (m.envelope.tenant_id, m.envelope.message_id)
+                            in written])
+    return written
+
+
+async def has_older_pending(conn: AsyncConnection, message: OutboxMessage, *, consumer: str) -> bool:
+    """Whether an older row of ``message``'s topic and key may still be on its way to ``consumer``:
+    unsent, or sent and not yet seen in ``consumer``'s inbox by the scanner (``awaits``). A
+    message handed to its consumer in-process (eager) must not overtake it: per-key order."""
+    older = outbox.alias("older")
+    mine = select(outbox.c.id).where(outbox.c.tenant_id == message.envelope.tenant_id,
+                                     outbox.c.message_id == message.envelope.message_id).scalar_subquery()
+    applied = exists().where(inbox.c.tenant_id == older.c.tenant_id, inbox.c.consumer == consumer,
+                             inbox.c.message_id == older.c.message_id)
+    found = await conn.execute(select(older.c.id).where(
+        older.c.topic == message.topic, older.c.key == message.key, older.c.id < mine,
+        or_(older.c.sent_at.is_(None), older.c.awaits == consumer), ~applied).limit(1))
+    return found.first() is not None
 
 
 _INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(outbox).on_conflict_do_nothing()
