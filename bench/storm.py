@@ -222,38 +222,34 @@ def hops(database: Path, posts: list[tuple[str, datetime, float]]) -> list[dict[
     import sqlite3
 
     found: list[dict[str, float | None]] = []
+    sent = "SELECT sent_at FROM outbox WHERE message_id = ?"
+    applied = "SELECT received_at FROM inbox WHERE consumer = ? AND message_id = ?"
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+
+        def at(sql: str, *args: str) -> datetime | None:
+            row = db.execute(sql, args).fetchone()
+            return _at(row[0]) if row else None
+
         for name, posted_at, waited in posts:
             times: dict[str, datetime | None] = {"posted": posted_at}
             if waited != float("inf"):
                 times["seen"] = posted_at + timedelta(seconds=waited)
             row = db.execute("SELECT event_id, received_at FROM alerts WHERE name = ? ORDER BY received_at LIMIT 1",
                              (name,)).fetchone()
+            decision = None if row is None else db.execute(
+                "SELECT evaluation_id, at FROM decisions WHERE event_id = ? AND decision = 'create_run'",
+                (row[0],)).fetchone()
             if row is not None:
-                event_id, times["received"] = row[0], _at(row[1])
-                times["alert_sent"] = _at(next(iter(db.execute(
-                    "SELECT sent_at FROM outbox WHERE message_id = ?", (event_id,)).fetchone() or ()), None))
-                times["triaged"] = _at(next(iter(db.execute(
-                    "SELECT received_at FROM inbox WHERE consumer = 'triage' AND message_id = ?",
-                    (event_id,)).fetchone() or ()), None))
-                decision = db.execute("SELECT evaluation_id, at FROM decisions WHERE event_id = ? "
-                                      "AND decision = 'create_run'", (event_id,)).fetchone()
-                if decision is not None:
-                    evaluation_id, times["decided"] = decision[0], _at(decision[1])
-                    times["decision_sent"] = _at(next(iter(db.execute(
-                        "SELECT sent_at FROM outbox WHERE message_id = ?", (evaluation_id,)).fetchone() or ()), None))
-                    times["coordinator"] = _at(next(iter(db.execute(
-                        "SELECT received_at FROM inbox WHERE consumer = 'coordinator' AND message_id = ?",
-                        (evaluation_id,)).fetchone() or ()), None))
-                    times["run"] = _at(next(iter(db.execute(
-                        "SELECT created_at FROM runs WHERE idempotency_key = ?", (evaluation_id,)).fetchone() or ()),
-                        None))
-            triaged, alert_sent = times.get("triaged"), times.get("alert_sent")
-            if triaged and alert_sent and triaged < alert_sent:
-                times["alert_sent"] = times["received"]  # triaged in-process (eager), before the relay sent it
-            if (times.get("coordinator") and times.get("decision_sent")
-                    and times["coordinator"] < times["decision_sent"]):  # type: ignore[operator]
-                times["decision_sent"] = times["decided"]  # went in eagerly, before the relay sent it
+                times.update(received=_at(row[1]), alert_sent=at(sent, row[0]), triaged=at(applied, "triage", row[0]))
+            if decision is not None:
+                times.update(decided=_at(decision[1]), decision_sent=at(sent, decision[0]),
+                             coordinator=at(applied, "coordinator", decision[0]),
+                             run=at("SELECT created_at FROM runs WHERE idempotency_key = ?", decision[0]))
+            for applied_at, sent_at, since in (("triaged", "alert_sent", "received"),
+                                               ("coordinator", "decision_sent", "decided")):
+                a, b = times.get(applied_at), times.get(sent_at)
+                if a and b and a < b:  # handed over in-process (eager), before the relay sent it
+                    times[sent_at] = times[since]
             hop: dict[str, float | None] = {}
             for label, start, end in HOPS:
                 a, b = times.get(start), times.get(end)
