@@ -35,6 +35,8 @@ TITLE_MAX = 300
 FINGERPRINT_MAX = 200
 """A sender's own alert id (Alertmanager's and Grafana's fingerprint, a generic alert's id)."""
 
+GROUP_KEY_MAX = 500
+"""An incident's group key (``triage.tables``); a longer key keeps a readable head plus a digest."""
 LABELS_MAX = 1000
 """Labels (and, separately, annotations) of one alert."""
 LABEL_NAME_MAX = 1024

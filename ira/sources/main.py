@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from ira.core.clock import Clock
 from ira.core.envelope import Topic, topic_name
+from ira.core.grouping import group_key, group_labels
 from ira.runtime.bus.together import TogetherPublisher
 from ira.runtime.fault import FaultPoints
 from ira.runtime.http import Lane, Route
@@ -30,7 +31,6 @@ from ira.sources.dedupe import EdgeDedupe
 from ira.sources.ingest import Ingest
 from ira.sources.metrics import SourceMetrics
 from ira.sources.urgent import FirstOfGroup
-from ira.triage.grouping import group_key, group_labels
 
 
 def redis_prefix_for(settings: Settings) -> str:

@@ -6,7 +6,7 @@ Public API:
   incidents API, the quiet-incident sweep and the faust noise worker child).
 * :class:`ira.triage.worker.TriageHandler` — the inbox handler and the consumer's batch
   hooks (``start`` reads for the whole batch, ``finish`` writes for it).
-* :func:`ira.triage.decide.decide`, :func:`ira.triage.grouping.group_key`,
+* :func:`ira.triage.decide.decide`, :func:`ira.core.grouping.group_key`,
   :func:`ira.triage.silence.find_silence` — the pure rules.
 * Tables ``alerts``, ``incidents``, ``changes`` (:mod:`ira.triage.tables`; migration
   ``0002_triage``); evaluations in the runtime's ``decisions`` table.

@@ -46,10 +46,10 @@ from pydantic import ValidationError
 from ira.core.alert import ALERT_MESSAGE, AlertEvent, AlertStatus
 from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
+from ira.core.grouping import group_key, group_labels
 from ira.core.model import Model
 from ira.runtime.settings.triage import TriageSettings
 from ira.triage.decide import NoiseVerdict
-from ira.triage.grouping import group_key, group_labels
 from ira.triage.noise import RedisNoiseState, noise_verdict, tally_key
 
 log = logging.getLogger(__name__)

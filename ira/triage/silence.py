@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ira.core.alert import AlertEvent
+from ira.core.grouping import label_value
 from ira.runtime.settings.triage import SilenceMatcher, SilenceSettings
-from ira.triage.grouping import label_value
 
 
 def matcher_holds(matcher: SilenceMatcher, value: str) -> bool:

@@ -37,7 +37,7 @@ from sqlalchemy import (
 from ira.core import limits
 from ira.runtime.store.schema import UtcDateTime, metadata
 
-GROUP_KEY_LENGTH = 500
+GROUP_KEY_LENGTH = limits.GROUP_KEY_MAX
 
 alerts = Table(
     "alerts", metadata,

@@ -35,6 +35,7 @@ from ira.core.commit import OutboxMessage
 from ira.core.decision import DECISION_MESSAGE, ROUTES, IncidentDecision
 from ira.core.envelope import Envelope, topic_name
 from ira.core.errors import InvalidMessageError, TransientError
+from ira.core.grouping import group_key, group_labels
 from ira.core.ids import new_id
 from ira.core.model import Model
 from ira.runtime.bus.record import RecordMeta
@@ -57,7 +58,6 @@ from ira.triage.decide import (
     needs_noise,
 )
 from ira.triage.follow_up import FollowUps, follow_up_of
-from ira.triage.grouping import group_key, group_labels
 from ira.triage.incident import alert_state, changed, is_quiet_over, opened
 from ira.triage.noise import NoiseState
 from ira.triage.silence import find_silence

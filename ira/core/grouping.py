@@ -1,9 +1,11 @@
 """Which incident an alert belongs to: the group key, as Alertmanager's ``group_by`` makes it.
 
-Pure functions. The key is the sorted ``name="value"`` pairs of the configured labels, so
-two alerts with the same values for those labels share an incident whatever else differs
-(instance, pod, fingerprint). A label the alert lacks counts as the empty string, exactly as
-in Alertmanager. ``...`` groups by every label (one incident per distinct label set).
+Pure functions, in ``core`` because triage and the edge both use them (the edge marks a new
+group's first alert urgent: :mod:`ira.sources.urgent`). The key is the sorted ``name="value"``
+pairs of the configured labels, so two alerts with the same values for those labels share an
+incident whatever else differs (instance, pod, fingerprint). A label the alert lacks counts as
+the empty string, exactly as in Alertmanager. ``...`` groups by every label (one incident per
+distinct label set).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ira.core.alert import AlertEvent
+from ira.core.limits import GROUP_KEY_MAX
 from ira.core.replay import REPLAY_LABEL
-from ira.triage.tables import GROUP_KEY_LENGTH
 
 ALL_LABELS = "..."
 _HASHED_PREFIX = 400
@@ -43,7 +45,7 @@ def group_key(labels: Mapping[str, str]) -> str:
     """``{alertname="X",service="Y"}``; over-long keys keep a readable head plus a digest."""
     pairs = ",".join(f'{name}="{_escape(value)}"' for name, value in sorted(labels.items()))
     key = "{" + pairs + "}"
-    if len(key) <= GROUP_KEY_LENGTH:
+    if len(key) <= GROUP_KEY_MAX:
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()
     return f"{key[:_HASHED_PREFIX]}…#{digest}"

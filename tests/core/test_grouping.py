@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ira.core.alert import Severity
-from ira.triage.grouping import group_key, group_labels, label_value
+from ira.core.grouping import group_key, group_labels, label_value
 from tests.triage.builders import alert
 
 DEFAULT = ("alertname", "service", "environment")
