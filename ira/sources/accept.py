@@ -68,7 +68,7 @@ class StoreAcceptance:
 
     def __init__(self, *, dedupe: EdgeDedupe, outbox: Outbox, topic: str, faults: FaultPoints,
                  urgent: Callable[[Event], bool] = lambda _event: False) -> None:
-        """``urgent``: whether an event's row goes before the relay's backlog (:mod:`ira.sources.urgent`)."""
+        """``urgent``: whether triage takes an event ahead of a backlog (:mod:`ira.sources.urgent`)."""
         self._dedupe, self._outbox, self._topic, self._faults = dedupe, outbox, topic, faults
         self._urgent = urgent
 

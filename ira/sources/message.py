@@ -14,7 +14,8 @@ def event_message(topic: str, event: AlertEvent | ChangeEvent, *, traceparent: s
     ``traceparent`` (the request's) travels in the envelope when the record is produced later
     by the relay, so triage's span still continues the webhook's trace. Triage's inbox must
     come to hold it (``awaits``): through the outbox, the scanner re-sends it until it does.
-    ``urgent``: the relay publishes it before other keys' backlog (:mod:`ira.sources.urgent`).
+    ``urgent``: its consumer takes it before the rest of its fetch, and triage beside this
+    gateway right after the commit (:mod:`ira.sources.urgent`).
     """
     if isinstance(event, AlertEvent):
         kind, key = ALERT_MESSAGE, f"{event.tenant_id}:{event.fingerprint}"

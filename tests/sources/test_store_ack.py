@@ -20,6 +20,7 @@ from ira.runtime.settings import load_settings
 from ira.runtime.store.database import Database
 from ira.runtime.store.group_commit import GroupCommit
 from ira.runtime.store.migrate import upgrade
+from ira.runtime.store.outbox import URGENT_HEADER
 from ira.runtime.store.schema import outbox
 from ira.sources.dedupe import EdgeDedupe
 from tests.sources.harness import AM, AM_TOKEN, Harness, bearer, distinct_alert, harness, serving
@@ -171,7 +172,7 @@ async def test_the_first_alert_of_a_new_group_is_stored_urgent_and_its_follow_up
     async with edge.client() as client:
         ids = [(await client.post(AM, content=body, headers=bearer(AM_TOKEN))).json()["event_ids"][0]
                for body in (distinct_alert(1), distinct_alert(2), distinct_alert(3), json.dumps(other).encode())]
-    # Then the first alert of each group is urgent (relayed before any backlog), the follow-ups not
+    # Then the first alert of each group is urgent (its record's header: triage takes it first), the follow-ups not
     async with db.reader() as conn:
-        urgent = dict((await conn.execute(select(outbox.c.message_id, outbox.c.urgent))).tuples().all())
-    assert [urgent[i] for i in ids] == [True, False, False, True]
+        headers = dict((await conn.execute(select(outbox.c.message_id, outbox.c.headers))).tuples().all())
+    assert [headers[i].get(URGENT_HEADER) == "true" for i in ids] == [True, False, False, True]

@@ -130,7 +130,6 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
             dbapi_connection.rollback()
 
 
-
 def _tell_abandoned(written: _Written) -> None:
     by_listener: dict[int, tuple[CommitListener, list[OutboxMessage]]] = {}
     for listener, message in written.taken.values():

@@ -60,8 +60,7 @@ def envelope_headers(env: Envelope) -> dict[str, str]:
 
 def _row(m: OutboxMessage, at: datetime) -> dict[str, object]:
     return {"tenant_id": m.envelope.tenant_id, "message_id": m.envelope.message_id, "topic": m.topic, "key": m.key,
-            "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits,
-            "urgent": m.urgent}
+            "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits}
 
 
 _INSERT = insert(outbox)

@@ -26,7 +26,6 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
-    false,
     literal_column,
 )
 from sqlalchemy.engine import Dialect
@@ -248,7 +247,6 @@ outbox = Table(
     Column("awaits", String(100)),
     Column("check_at", _tz()),
     Column("resends", Integer, nullable=False, server_default="0"),
-    Column("urgent", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant_id", "message_id"),
     Index("ix_outbox_unsent", "sent_at", "id"),
     Index("ix_outbox_awaiting", "awaits", "sent_at"),
@@ -259,7 +257,7 @@ Index("ix_outbox_unsent_topic", outbox.c.topic, outbox.c.id,
 topics have no unsent row walked every unsent row of the others (``ix_outbox_unsent``) per pass."""
 """``awaits``: the consumer whose inbox must come to hold the message; the scanner re-sends a
 sent row until it does (then clears it). ``check_at``: not before this time again (backoff).
-``urgent``: taken first by its consumer (``ConsumerRunner``, eager triage)."""
+An urgent message (taken first by its consumer) carries the ``urgent`` header in ``headers``."""
 
 inbox = Table(
     "inbox", metadata,
