@@ -92,5 +92,4 @@ async def charge_step(conn: AsyncConnection, claim: Claim, *, config: WorkflowCo
     if BudgetDimension.STEPS not in config.root_budget:
         return
     rid = f"step:{claim.run_id}:{claim.step_id}:{claim.owner_epoch}"  # reservation ids are unique per tenant
-    await budget.reserve(conn, claim.tenant_id, claim.run_id, BudgetDimension.STEPS, 1, reservation_id=rid, at=at)
-    await budget.settle(conn, claim.tenant_id, rid, used=1, at=at)
+    await budget.charge(conn, claim.tenant_id, claim.run_id, BudgetDimension.STEPS, 1, reservation_id=rid, at=at)

@@ -68,8 +68,7 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     new_run = plan.new_run.model_copy(update={"traceparent": current_traceparent()})
     run, _ = await runs.create_run(conn, new_run, at=at)
     await budget.open_account(conn, t, run.run_id, plan.root_budget)
-    for scope, limits in plan.slices.items():
-        await budget.open_slice(conn, t, run.run_id, scope, limits, at=at)
+    await budget.open_slices(conn, t, run.run_id, plan.slices, at=at)
     await timers.schedule_timer(conn, plan.deadline)
     return await runs.commit(conn, RunCommit(
         tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,

@@ -1,0 +1,79 @@
+"""The ledger's folded writes (one-step charges, slices opened together, slices closed in one
+UPDATE): the same invariants as reserve/settle, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ira.core.budget import BudgetDimension
+from ira.core.errors import BudgetExhaustedError
+from ira.runtime.store import budget
+from ira.runtime.store.database import Database
+from tests.contracts.test_ledger import CALLS, balance, run_with_budget
+from tests.contracts.test_store import T0
+
+STEPS = BudgetDimension.STEPS
+
+
+async def _charge(db: Database, run_id: str, rid: str, amount: int = 1) -> bool:
+    try:
+        async with db.transaction() as conn:
+            await budget.charge(conn, "acme", run_id, CALLS, amount, reservation_id=rid, at=T0)
+        return True
+    except BudgetExhaustedError:
+        return False
+
+
+async def test_twenty_concurrent_charges_against_five_exactly_five_win_and_repeats_are_free(db: Database) -> None:
+    run_id = await run_with_budget(db, {CALLS: 5})
+    results = await asyncio.gather(*(_charge(db, run_id, f"c{i}") for i in range(20)))
+    assert sum(results) == 5
+    winner = next(f"c{i}" for i, ok in enumerate(results) if ok)
+    assert await _charge(db, run_id, winner)  # idempotent on its id: charged once
+    after = await balance(db, run_id)
+    assert (after.settled, after.reserved, after.available) == (5, 0, 0)
+    async with db.reader() as conn:
+        charged = await budget.get_reservation(conn, "acme", winner)
+    assert (charged.state, charged.used, charged.amount) == ("settled", 1, 1)
+
+
+async def test_a_charge_that_does_not_fit_leaves_nothing(db: Database) -> None:
+    run_id = await run_with_budget(db, {CALLS: 2})
+    assert not await _charge(db, run_id, "big", 3)
+    assert await _charge(db, run_id, "big", 2)  # the refused one wrote nothing: its id is still free
+    assert (await balance(db, run_id)).available == 0
+
+
+async def test_slices_opened_together_reserve_their_total_once(db: Database) -> None:
+    run_id = await run_with_budget(db, {CALLS: 10, STEPS: 9})
+    slices = {"metrics": {CALLS: 3, STEPS: 2}, "logs": {CALLS: 4, STEPS: 2}}
+    for _ in range(2):  # a second open (a redelivered decision) funds nothing again
+        async with db.transaction() as conn:
+            await budget.open_slices(conn, "acme", run_id, slices, at=T0)
+    assert (await balance(db, run_id)).reserved == 7
+    assert [(await balance(db, run_id, scope)).limit for scope in slices] == [3, 4]
+    with pytest.raises(BudgetExhaustedError):
+        async with db.transaction() as conn:
+            await budget.open_slices(conn, "acme", run_id, {"deploys": {CALLS: 2}, "traces": {CALLS: 2}}, at=T0)
+    assert (await balance(db, run_id)).reserved == 7  # neither of the two that did not fit together
+
+
+async def test_closing_a_slice_settles_its_use_and_open_holds_on_the_root_once(db: Database) -> None:
+    run_id = await run_with_budget(db, {CALLS: 10, STEPS: 5})
+    async with db.transaction() as conn:
+        await budget.open_slices(conn, "acme", run_id, {"metrics": {CALLS: 6, STEPS: 3}}, at=T0)
+        await budget.reserve(conn, "acme", run_id, CALLS, 2, reservation_id="m1", at=T0, scope="metrics")
+        await budget.settle(conn, "acme", "m1", used=1, at=T0)
+        await budget.reserve(conn, "acme", run_id, CALLS, 2, reservation_id="m2", at=T0, scope="metrics")
+    for _ in range(2):  # a second close changes nothing
+        async with db.transaction() as conn:
+            await budget.close_slice(conn, "acme", run_id, "metrics", at=T0)
+    root = await balance(db, run_id)
+    assert (root.settled, root.reserved, root.available) == (3, 0, 7)  # 1 settled + 2 still held
+    async with db.reader() as conn:
+        steps = await budget.get_balance(conn, "acme", run_id, STEPS)
+        parent = await budget.get_reservation(conn, "acme", f"slice:{run_id}:metrics:tool_calls")
+    assert (steps.settled, steps.reserved) == (0, 0)
+    assert (parent.state, parent.used) == ("settled", 3)
