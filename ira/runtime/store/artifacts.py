@@ -1,40 +1,57 @@
 """Content-addressed artifacts: evidence, reports, drafts. Stored once per tenant and hash;
-reads are tenant-scoped, so a ref leaked across tenants finds nothing."""
+reads are tenant-scoped, so a ref leaked across tenants finds nothing.
+
+Never updated or deleted, so committed artifacts are served from a bounded in-process cache
+(``artifact_cache``), and a repeated put of the same bytes is ``INSERT .. ON CONFLICT DO
+NOTHING`` (no savepoint), or nothing at all when the cache already holds them.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import bindparam, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.artifact import ArtifactRef, content_hash
 from ira.core.errors import ArtifactTooLargeError, NotFoundError
+from ira.runtime.store.artifact_cache import cache_of, remember
 from ira.runtime.store.schema import artifacts
+
+_INSERT = {pg: (postgresql if pg else sqlite).insert(artifacts).on_conflict_do_nothing().returning(artifacts.c.ref)
+           for pg in (False, True)}
+_SELECT = select(artifacts).where(artifacts.c.tenant_id == bindparam("k_tenant"), artifacts.c.ref == bindparam("k_ref"))
 
 
 async def put_artifact(
     conn: AsyncConnection, tenant_id: str, body: bytes, *, media_type: str, max_bytes: int, at: datetime
 ) -> ArtifactRef:
-    """Store ``body`` (idempotent: the same bytes give the same ref) and return its ref."""
+    """Store ``body`` (idempotent: the same bytes give the same ref, and the first put's
+    metadata) and return its ref."""
     if len(body) > max_bytes:
         raise ArtifactTooLargeError(f"artifact of {len(body)} bytes exceeds the {max_bytes}-byte limit")
     ref = content_hash(body)
-    try:
-        async with conn.begin_nested():
-            await conn.execute(insert(artifacts).values(
-                tenant_id=tenant_id, ref=ref, media_type=media_type, size=len(body), body=body, created_at=at))
-    except IntegrityError:
+    if (cached := cache_of(conn).get(tenant_id, ref)) is not None:
+        return cached[0]
+    meta = ArtifactRef(tenant_id=tenant_id, ref=ref, media_type=media_type, size=len(body), created_at=at)
+    inserted = (await conn.execute(_INSERT[conn.dialect.name == "postgresql"], {
+        "tenant_id": tenant_id, "ref": ref, "media_type": media_type, "size": len(body), "body": body,
+        "created_at": at})).first()
+    if inserted is None:
         return (await get_artifact(conn, tenant_id, ref))[0]
-    return ArtifactRef(tenant_id=tenant_id, ref=ref, media_type=media_type, size=len(body), created_at=at)
+    remember(conn, meta, body)
+    return meta
 
 
 async def get_artifact(conn: AsyncConnection, tenant_id: str, ref: str) -> tuple[ArtifactRef, bytes]:
-    row = (await conn.execute(
-        select(artifacts).where(artifacts.c.tenant_id == tenant_id, artifacts.c.ref == ref))).first()
+    if (cached := cache_of(conn).get(tenant_id, ref)) is not None:
+        return cached
+    row = (await conn.execute(_SELECT, {"k_tenant": tenant_id, "k_ref": ref})).first()
     if row is None:
         raise NotFoundError(f"artifact {ref} not found")
     meta = ArtifactRef(tenant_id=row.tenant_id, ref=row.ref, media_type=row.media_type, size=row.size,
                        created_at=row.created_at)
-    return meta, bytes(row.body)
+    body = bytes(row.body)
+    remember(conn, meta, body)
+    return meta, body

@@ -26,6 +26,7 @@ from ira.runtime.store import sqlite_driver
 
 log = logging.getLogger(__name__)
 _WRITTEN = "ira_outbox_written"
+_READER = "ira_reader"
 
 
 class CommitListener(Protocol):
@@ -94,6 +95,11 @@ def after_commit(conn: AsyncConnection, callback: Callable[[], None]) -> bool:
         return False
     written.after_commit.append(callback)
     return True
+
+
+def is_reader(conn: AsyncConnection) -> bool:
+    """Whether ``conn`` is a ``Database.reader``: what it reads is committed."""
+    return bool(conn.info.get(_READER))
 
 
 def normalize_url(url: str) -> str:
@@ -234,7 +240,12 @@ class Database:
     async def reader(self) -> AsyncIterator[AsyncConnection]:
         """A read-only view; on SQLite it never waits for the writer."""
         async with self.engine.connect() as conn:
-            yield conn
+            info = conn.info  # taken now, as in ``transaction``
+            info[_READER] = True
+            try:
+                yield conn
+            finally:
+                info.pop(_READER, None)
 
     async def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""
