@@ -3,11 +3,12 @@ version, the fence of a claim, and the one-step charge against the run's root bu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import records
@@ -22,12 +23,14 @@ from ira.core.run import Claim, Run
 from ira.runtime.store import budget
 from ira.runtime.store.artifacts import get_artifact, put_artifact
 from ira.runtime.store.rows import run_from_row
-from ira.runtime.store.schema import events
+from ira.runtime.store.schema import artifacts, events
 from ira.runtime.store.schema import runs as runs_table
 
 M = TypeVar("M", bound=Model)
 ALERT_DELIVERED = RunEventType.ALERT_DELIVERED
 INCIDENT_UPDATED = RunEventType.INCIDENT_UPDATED
+_BODIES = select(artifacts.c.ref, artifacts.c.body).where(
+    artifacts.c.tenant_id == bindparam("k_tenant"), artifacts.c.ref.in_(bindparam("k_refs", expanding=True)))
 
 
 async def lock_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
@@ -56,6 +59,24 @@ async def load_model(conn: AsyncConnection, tenant_id: str, ref: str | None, *, 
         return None
 
 
+async def load_models(
+    conn: AsyncConnection, tenant_id: str, refs: Iterable[str | None], *, model: type[M],
+) -> dict[str, M]:
+    """:func:`load_model` for several refs in ONE read (a join's branches): ref -> model, absent
+    and unreadable ones left out."""
+    wanted = sorted({r for r in refs if r})
+    if not wanted:
+        return {}
+    rows = await conn.execute(_BODIES, {"k_tenant": tenant_id, "k_refs": wanted})
+    loaded: dict[str, M] = {}
+    for ref, body in rows:
+        try:
+            loaded[ref] = model.model_validate_json(bytes(body))
+        except ValidationError:
+            continue
+    return loaded
+
+
 async def store_json(
     conn: AsyncConnection, tenant_id: str, body: bytes, *, config: WorkflowConfig, at: datetime,
 ) -> ArtifactRef:
@@ -67,16 +88,25 @@ async def incident_version(conn: AsyncConnection, run: Run) -> int:
     """The incident's newest version this run knows and its approval binds to: at acceptance, in
     drafts, or delivered since; of coalesced updates only those that changed the draft's substance
     (another alert of a known name leaves the approval standing)."""
+    return await version_with_draft(conn, run, await records.current_draft(conn, run.tenant_id, run.run_id))
+
+
+async def version_with_draft(conn: AsyncConnection, run: Run, draft: records.DraftRecord | None) -> int:
+    """:func:`incident_version` for a caller that read the run's current ``draft`` in this
+    transaction already (one read fewer on the approval's hot path)."""
     known = [int(run.bindings.get("incident_version", 0))]
-    draft = await records.current_draft(conn, run.tenant_id, run.run_id)
     if draft is not None:
         known.append(draft.incident_version)
-    rows = await conn.execute(select(events.c.type, events.c.data).where(
-        events.c.tenant_id == run.tenant_id, events.c.run_id == run.run_id,
-        events.c.type.in_((ALERT_DELIVERED, INCIDENT_UPDATED))))
+    rows = await conn.execute(_VERSION_EVENTS, {"k_tenant": run.tenant_id, "k_run": run.run_id})
     known += [int(r.data.get("incident_version", 0)) for r in rows
               if r.type == ALERT_DELIVERED or r.data.get("substantive")]
     return max(known)
+
+
+_VERSION_EVENTS = select(events.c.type, events.c.data).where(
+    events.c.tenant_id == bindparam("k_tenant"), events.c.run_id == bindparam("k_run"),
+    events.c.type.in_((ALERT_DELIVERED, INCIDENT_UPDATED)))
+"""Built once (see ira/runtime/store/steps.py on why hot statements are)."""
 
 
 async def has_event(conn: AsyncConnection, run: Run, event_type: RunEventType) -> bool:

@@ -23,7 +23,7 @@ from ira.coordinator import records
 from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Shown, Verdict, judge, target_state
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
-from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json
+from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json, version_with_draft
 from ira.coordinator.notify import APPROVAL_REQUESTED, announce, request_notification
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.report import canonical_json
@@ -49,15 +49,18 @@ its event and the replay's comparison, so an auto-granted approval is never mist
 
 async def ask(
     conn: AsyncConnection, run: Run, draft: DraftRecord, *, config: WorkflowConfig, at: datetime,
-    claim: Claim | None = None, events: Sequence[EventDraft] = (),
+    claim: Claim | None = None, events: Sequence[EventDraft] = (), version: int | None = None,
 ) -> Approval:
     """WAITING(approval) for ``draft`` and the incident as it is now. ``claim`` is the asking
     step's (approve_ticket; create_ticket if the incident moved on after an approval): that
-    step waits, and is the one an approval makes READY again."""
+    step waits, and is the one an approval makes READY again. ``version``: the incident's
+    version for ``draft`` (:func:`~ira.coordinator.facts.version_with_draft`) if the caller has it."""
     step_id = claim.step_id if claim else APPROVE_TICKET
+    if version is None:
+        version = await version_with_draft(conn, run, draft)
     approval = Approval(
         approval_id=new_id("apr"), tenant_id=run.tenant_id, run_id=run.run_id, step_id=step_id,
-        action=CREATE_TICKET_ACTION, payload_hash=draft.ref, resource_version=await incident_version(conn, run),
+        action=CREATE_TICKET_ACTION, payload_hash=draft.ref, resource_version=version,
         required_role=config.approver_role, state=ApprovalState.PENDING, expires_at=at + config.approval_expiry,
         created_at=at)
     await _record_request(conn, run, approval, draft=draft, at=at)
@@ -162,9 +165,12 @@ async def _apply(
         at=at)
 
 
-async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord) -> Approval | None:
-    """An APPROVED approval that still binds the current draft and incident version."""
-    version = await incident_version(conn, run)
+async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord, *, version: int | None = None
+                          ) -> Approval | None:
+    """An APPROVED approval that still binds the current ``draft`` and incident ``version`` (read
+    here unless the caller has it)."""
+    if version is None:
+        version = await version_with_draft(conn, run, draft)
     usable = [a for a in await records.list_approvals(conn, run.tenant_id, run.run_id)
               if a.state == ApprovalState.APPROVED and a.payload_hash == draft.ref and a.resource_version == version]
     return usable[-1] if usable else None
@@ -222,7 +228,7 @@ async def revise(
     revised = doc.model_copy(update={"request": request, "incident_version": version})
     ref = await store_json(conn, run.tenant_id, canonical_json(revised), config=config, at=at)
     draft = await records.add_draft(conn, run.tenant_id, run.run_id, ref=ref.ref, incident_version=version,
-                                    reason=reason, at=at)
+                                    reason=reason, at=at, latest=current.version)
     invalidated = await invalidate_pending(conn, run, reason=reason, at=at)
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
     revised_event = EventDraft(type=RunEventType.DRAFT_REVISED, data={"draft_ref": draft.ref, "version": draft.version,

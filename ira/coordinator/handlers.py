@@ -29,10 +29,11 @@ from ira.coordinator.facts import (
     charge_step,
     fence,
     has_event,
-    incident_version,
     load_model,
+    load_models,
     lock_run,
     store_json,
+    version_with_draft,
 )
 from ira.coordinator.notify import announce
 from ira.coordinator.report import (
@@ -111,10 +112,9 @@ async def join(deps: Deps, ctx: StepContext) -> None:
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
         branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
-        outcomes = tuple([assess_branch(s, await load_model(conn, c.tenant_id, s.result_ref, model=BranchResult))
-                          for s in branches])
-        policy = DRAFT_ANYWAY if await has_event(conn, run, RunEventType.REVIEW_DRAFT_ANYWAY) \
-            else deps.config.on_required_failure
+        results = await load_models(conn, c.tenant_id, (s.result_ref for s in branches), model=BranchResult)
+        outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
+        policy = DRAFT_ANYWAY if await _drafting_anyway(conn, ctx, run) else deps.config.on_required_failure
         verdict = decide_join(outcomes, on_required_failure=policy)
         await charge_step(conn, c, config=deps.config, at=now)
         summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
@@ -130,6 +130,13 @@ async def join(deps: Deps, ctx: StepContext) -> None:
         else:
             await end_run(conn, run, state=RunState.FAILED, outcome="required_branch_failed", config=deps.config,
                           at=now, step_states={JOIN: StepState.FAILED}, events=events)
+
+
+async def _drafting_anyway(conn: AsyncConnection, ctx: StepContext, run: Run) -> bool:
+    """Whether a person chose to draft anyway after a failed required branch. That choice
+    readies a join that already ran (and asked for the review), so the join's first claim
+    (epoch 1) cannot follow it and skips the read."""
+    return ctx.claim.owner_epoch > 1 and await has_event(conn, run, RunEventType.REVIEW_DRAFT_ANYWAY)
 
 
 async def _ask_for_review(
@@ -161,12 +168,13 @@ async def synthesize(deps: Deps, ctx: StepContext) -> None:
         run = await lock_run(conn, c.tenant_id, c.run_id)
         report = await _report(conn, run)
         report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
-        version = await incident_version(conn, run)
+        previous = await records.current_draft(conn, c.tenant_id, c.run_id)
+        version = await version_with_draft(conn, run, previous)
         draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version,
                               redactor=deps.config.redactor)
         draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
         record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
-                                         reason="synthesized", at=now)
+                                         reason="synthesized", at=now, latest=previous.version if previous else 0)
         await charge_step(conn, c, config=deps.config, at=now)
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
@@ -184,9 +192,11 @@ async def _report(conn: AsyncConnection, run: Run) -> Report:
     join_step = await steps.get_step(conn, run.tenant_id, run.run_id, JOIN)
     summary = await load_model(conn, run.tenant_id, join_step.result_ref, model=JoinSummary)
     outcomes = summary.outcomes if summary else ()
+    results = await load_models(conn, run.tenant_id, (o.result_ref for o in outcomes
+                                                      if o.status == BranchStatus.ACCEPTED), model=BranchResult)
     accepted = [AcceptedBranch(branch=o.branch, result_ref=o.result_ref or "", result=result)
                 for o in outcomes if o.status == BranchStatus.ACCEPTED
-                and (result := await load_model(conn, run.tenant_id, o.result_ref, model=BranchResult)) is not None]
+                and (result := results.get(o.result_ref or "")) is not None]
     missing = [MissingBranch(branch=o.branch, reason=o.reason) for o in outcomes if o.status != BranchStatus.ACCEPTED]
     missing += [MissingBranch(branch=str(b), reason=str(r)) for b, r in run.bindings.get("not_planned", {}).items()]
     return compose_report(run_id=run.run_id, bindings=run.bindings, accepted=accepted, missing=missing)
@@ -223,9 +233,10 @@ async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, 
     draft = await records.current_draft(conn, c.tenant_id, c.run_id)
     if draft is None:
         raise DomainError(f"run {c.run_id} has no ticket draft to approve")
-    approval = await gate.usable_approval(conn, run, draft)
+    version = await version_with_draft(conn, run, draft)
+    approval = await gate.usable_approval(conn, run, draft, version=version) if c.owner_epoch > 1 else None
     if approval is None:
-        await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c)
+        await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c, version=version)
         return None
     return EventDraft(type=RunEventType.APPROVAL_CHECKED, data={"approval_id": approval.approval_id,
         "owner_epoch": c.owner_epoch})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import and_, bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import updates
@@ -31,6 +31,12 @@ from ira.runtime.store.rows import run_from_row
 from ira.runtime.store.schema import runs as runs_table
 
 log = logging.getLogger(__name__)
+_r = runs_table.c
+_EXISTING = select(runs_table).where(_r.tenant_id == bindparam("k_tenant"), or_(
+    _r.idempotency_key == bindparam("k_key"),
+    and_(_r.incident_id == bindparam("k_incident"), _r.state.not_in(TERMINAL_RUN_STATES)),
+)).order_by(_r.created_at.desc())
+"""A decision's run by key and its incident's open runs (at most one open, one keyed), built once."""
 
 
 def parse_decision(envelope: Envelope) -> IncidentDecision:
@@ -58,15 +64,16 @@ async def apply_decision(
 async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: WorkflowConfig, at: datetime) -> Run:
     """C1: task, run, steps, contract, bindings, root budget and slices, deadline, wake-ups."""
     t = decision.tenant_id
-    if (same := await _by_key(conn, t, decision.evaluation_id)) is not None:
+    same, open_run = await _existing(conn, t, decision.evaluation_id, decision.incident_id)
+    if same is not None:
         return same
-    if (open_run := await open_run_for(conn, t, decision.incident_id)) is not None:
+    if open_run is not None:
         await runs.append_events(conn, t, open_run.run_id, [EventDraft(type=RunEventType.DECISION_REFUSED, data={
             "evaluation_id": decision.evaluation_id, "reason": "the incident already has an open run"})], at=at)
         return open_run
     plan = plan_run(decision, config, now=at)
     new_run = plan.new_run.model_copy(update={"traceparent": current_traceparent()})
-    run, _ = await runs.create_run(conn, new_run, at=at)
+    run, _ = await runs.create_run(conn, new_run, at=at, key_checked=True)
     await budget.open_account(conn, t, run.run_id, plan.root_budget)
     await budget.open_slices(conn, t, run.run_id, plan.slices, at=at)
     await timers.schedule_timer(conn, plan.deadline)
@@ -83,7 +90,10 @@ async def open_run_for(conn: AsyncConnection, tenant_id: str, incident_id: str) 
     return run_from_row(row) if row else None
 
 
-async def _by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Run | None:
-    row = (await conn.execute(select(runs_table).where(
-        runs_table.c.tenant_id == tenant_id, runs_table.c.idempotency_key == key))).first()
-    return run_from_row(row) if row else None
+async def _existing(conn: AsyncConnection, tenant_id: str, key: str, incident_id: str) -> tuple[Run | None, Run | None]:
+    """(the run of this decision's key, else None; the incident's newest open run, else None), in one
+    read: a re-published decision finds its own run before it is refused for an open one."""
+    rows = (await conn.execute(_EXISTING, {"k_tenant": tenant_id, "k_key": key, "k_incident": incident_id})).all()
+    same = next((r for r in rows if r.idempotency_key == key), None)
+    open_run = next((r for r in rows if r.incident_id == incident_id and r.state not in TERMINAL_RUN_STATES), None)
+    return (run_from_row(same) if same else None), (run_from_row(open_run) if open_run else None)

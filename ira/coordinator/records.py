@@ -97,10 +97,14 @@ async def get_work_item(conn: AsyncConnection, tenant_id: str, work_item_id: str
 
 async def add_draft(
     conn: AsyncConnection, tenant_id: str, run_id: str, *, ref: str, incident_version: int, reason: str, at: datetime,
+    latest: int | None = None,
 ) -> DraftRecord:
-    """Record the next version of the run's draft (the primary key refuses a concurrent twin)."""
-    latest = (await conn.execute(select(func.max(_dr.version)).where(
-        _dr.tenant_id == tenant_id, _dr.run_id == run_id))).scalar()
+    """Record the next version of the run's draft (the primary key refuses a concurrent twin).
+    ``latest``: the current draft's version as the caller read it in this transaction (0: none
+    yet), so it is not read again."""
+    if latest is None:
+        latest = (await conn.execute(select(func.max(_dr.version)).where(
+            _dr.tenant_id == tenant_id, _dr.run_id == run_id))).scalar()
     record = DraftRecord(tenant_id=tenant_id, run_id=run_id, version=int(latest or 0) + 1, ref=ref,
                          incident_version=incident_version, reason=reason, created_at=at)
     await conn.execute(insert(ticket_drafts).values(**record.model_dump()))

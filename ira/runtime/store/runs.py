@@ -44,13 +44,16 @@ _SELECT_RUN = select(runs).where(_RUN_KEY)
 _INSERT_EVENTS = insert(events)
 
 
-async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime) -> tuple[Run, bool]:
+async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_checked: bool = False
+                     ) -> tuple[Run, bool]:
     """C1: task, run, steps, first events and outbox in the caller's transaction.
 
     Returns ``(run, created)``; with an ``idempotency_key`` already used, the existing run
-    comes back with ``created=False`` and nothing is written.
+    comes back with ``created=False`` and nothing is written. ``key_checked``: the caller looked
+    the key up in this transaction already (one read fewer); the unique key still refuses a twin.
     """
-    if new.idempotency_key and (existing := await _find_by_key(conn, new.tenant_id, new.idempotency_key)):
+    lookup = new.idempotency_key and not key_checked
+    if lookup and (existing := await _find_by_key(conn, new.tenant_id, str(new.idempotency_key))):
         return existing, False
     await conn.execute(insert(tasks).values(
         tenant_id=new.tenant_id, task_id=new.task_id, kind=new.task_kind, subject_ref=new.subject_ref, created_at=at))

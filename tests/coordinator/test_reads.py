@@ -1,0 +1,99 @@
+"""What the coordinator reads on its way from a create_run decision to WAITING(approval).
+
+Each read is a store round trip on every run (issue #14): a flow reads what it needs once and
+passes it along, and skips questions whose answer it already knows. These tests watch the SQL
+one run issues, on SQLite and PostgreSQL, and pin the reads that went away.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import event
+
+from ira.coordinator import records
+from ira.core.states import RunState, WaitKind
+from ira.runtime.store import runs
+from ira.runtime.store.database import Database
+from tests.coordinator.harness import build, decision, envelope
+
+
+@contextmanager
+def statements(db: Database) -> Iterator[list[str]]:
+    """Every SQL statement ``db`` executes while the block runs, whitespace folded."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(re.sub(r"\s+", " ", statement))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+
+
+def reads(seen: list[str], table: str) -> list[str]:
+    return [s for s in seen if s.startswith("SELECT") and re.search(rf"\bFROM {table}\b", s)]
+
+
+async def _to_approval(db: Database) -> tuple[list[str], str]:
+    pump, _ = build(db)
+    with statements(db) as seen:
+        await pump.decide(envelope(decision()))
+        await pump.drain()
+    await pump.close()
+    async with db.reader() as conn:
+        [run_id] = [r.run_id for r in await _open_runs(conn)]
+        run = await runs.get_run(conn, "acme", run_id)
+        assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)
+    return seen, run_id
+
+
+async def _open_runs(conn):  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from ira.runtime.store.schema import runs as table
+    return (await conn.execute(select(table.c.run_id))).all()
+
+
+async def test_a_decision_looks_for_its_run_and_the_incidents_open_run_in_one_read(db: Database) -> None:
+    pump, _ = build(db)
+    with statements(db) as seen:
+        await pump.decide(envelope(decision()))
+    await pump.close()
+    before_insert = seen[:next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO runs"))]
+    assert len(reads(before_insert, "runs")) == 1
+
+
+async def test_the_draft_is_read_once_per_step_and_its_next_version_not_read_again(db: Database) -> None:
+    seen, run_id = await _to_approval(db)
+    assert len(reads(seen, "ticket_drafts")) == 2  # synthesize and approve_ticket, once each
+    async with db.reader() as conn:
+        [draft] = await records.list_drafts(conn, "acme", run_id)
+    assert draft.version == 1
+
+
+async def test_the_incident_version_is_read_once_per_step(db: Database) -> None:
+    seen, _ = await _to_approval(db)
+    version_reads = [s for s in reads(seen, "events") if "events.type IN" in s]
+    assert len(version_reads) == 2  # synthesize and approve_ticket, once each
+
+
+async def test_a_first_ask_reads_no_approvals_and_a_first_join_no_review(db: Database) -> None:
+    """No approval can exist before approve_ticket's first claim, nor a review choice before the
+    join's: both come from a person answering what an earlier claim of that step asked."""
+    seen, run_id = await _to_approval(db)
+    assert reads(seen, "approvals") == []
+    assert [s for s in reads(seen, "events") if "events.run_seq" in s] == []
+    async with db.reader() as conn:
+        [approval] = await records.list_approvals(conn, "acme", run_id)
+    assert approval.payload_hash and approval.resource_version == 1
+
+
+async def test_the_joins_branch_results_are_read_in_one_statement(db: Database) -> None:
+    seen, _ = await _to_approval(db)
+    batched = [s for s in reads(seen, "artifacts") if "artifacts.ref IN" in s]
+    assert len(batched) == 2  # the join's branches; synthesize's accepted ones
