@@ -70,6 +70,24 @@ async def test_a_lanes_topics_are_claimed_oldest_first_across_them(db: Database)
     assert [name.split("/")[1] for name in second] == [f"m{i:02}" for i in range(5, 10)]
 
 
+async def test_the_catch_all_lane_leases_no_more_rows_than_asked(db: Database) -> None:
+    # Given 12 unsent messages on topics in no lane (PostgreSQL ran the old claim's
+    # IN (SELECT .. LIMIT n FOR UPDATE SKIP LOCKED) again per updated row, skipping the rows the
+    # update had just locked, and leased all 12 for a limit of 5)
+    clock = FrozenClock(T0)
+    async with db.transaction() as conn:
+        await outbox.enqueue(conn, [message(topic="ira.incident-updates.v1", message_id=f"u{i:02}", awaits=None)
+                                    for i in range(12)], at=T0)
+    # When the relay claims 5, then 5 more, with lanes and without
+    first, second = await claim(db, clock, 5, LANES), await claim(db, clock, 5, [])
+    # Then each claim leased exactly the 5 oldest left, and the last 2 are still unclaimed
+    assert [name.split("/")[1] for name in first] == [f"u{i:02}" for i in range(5)]
+    assert [name.split("/")[1] for name in second] == [f"u{i:02}" for i in range(5, 10)]
+    async with db.transaction() as conn:
+        rest = await outbox.claim_batch(conn, relay_id="r2", now=clock.now(), lease=LEASE, limit=10, lanes=LANES)
+    assert [r.message_id for r in rest] == ["u10", "u11"]
+
+
 async def test_a_lane_with_nothing_unsent_does_not_read_the_other_lanes_backlog(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # Given 3,000 unsent alerts and nothing unsent on the priority lane (SQLite: its VM counts steps)
     db = Database.create(f"sqlite:///{tmp_path / 'ira.db'}")

@@ -184,9 +184,13 @@ def _lane_statement(topics: int) -> Any:
 
 
 def _lease(candidates: Any, now: Any) -> Any:
+    """Lease ``candidates`` (ids), selected once: a materialized CTE on PostgreSQL, where
+    ``id IN (SELECT .. LIMIT n FOR UPDATE SKIP LOCKED)`` could run the subquery again per
+    updated row, skip the rows the update had just locked, and lease more than ``n``."""
+    chosen = candidates.cte("chosen").prefix_with("MATERIALIZED", dialect="postgresql")
     return (
         update(outbox)
-        .where(outbox.c.id.in_(candidates.scalar_subquery()), _claimable(now))
+        .where(outbox.c.id.in_(select(chosen.c.id)), _claimable(now))
         .values(claimed_by=bindparam("relay_id"), claimed_until=bindparam("until", type_=outbox.c.claimed_until.type))
         .returning(outbox.c.id, outbox.c.tenant_id, outbox.c.message_id, outbox.c.topic, outbox.c.key,
                    outbox.c.value, outbox.c.headers, outbox.c.created_at)
