@@ -3,6 +3,7 @@
 Usage: .venv/bin/python bench/ingest.py [--duration 6] [--rounds 3] [--connections 32] [--ops N]
        [--ack store,broker] [--untraced]
        .venv/bin/python bench/ingest.py --pipeline [--compare-alertmanager] [--duration 6] [--rounds 3]
+       [--set runtime.relay_batch_size=500 ...] (any ira setting, for comparing tunings)
 
 ``--pipeline`` measures the whole ``ira dev`` instead (every role in one process, its embedded
 broker and Redis, SQLite; the dev config with the rate limits raised): alerts/s and p50/p99 as
@@ -163,6 +164,10 @@ def started(command: list[str], *, env: dict[str, str], log: Path, ready_url: st
             process.wait()
 
 
+OVERRIDES: list[tuple[str, object]] = []
+"""``--set section.key=value`` settings applied to every ira config (e.g. runtime.relay_batch_size=500)."""
+
+
 def ira_config(tmp: Path, ack: str) -> Path:
     """The dev config, with rate limits out of the way (the benchmark measures throughput)."""
     config = yaml.safe_load(render_config_template())
@@ -170,6 +175,12 @@ def ira_config(tmp: Path, ack: str) -> Path:
         source["rate_limit_per_second"] = 1_000_000
         source["alerts_per_second"] = 100_000_000
     config.update(log_level="WARNING", data_dir=str(tmp), ingest={"ack": ack})
+    for dotted, value in OVERRIDES:
+        *sections, key = dotted.split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[key] = value
     path = tmp / "ira.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -544,7 +555,10 @@ def main() -> None:
                              "the run, at least 30); CPU per alert 'drained' counts until then")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="an ira setting (YAML value), e.g. runtime.relay_batch_size=500; repeatable")
     args = parser.parse_args()
+    OVERRIDES.extend((item.split("=", 1)[0], yaml.safe_load(item.split("=", 1)[1])) for item in args.set)
     # SIGTERM (a time limit, Ctrl-C in another shell) must still run the cleanup below: the
     # embedded Redis daemonizes and would outlive us otherwise.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
