@@ -17,20 +17,21 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 
 from opentelemetry.trace import Span
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import records
 from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Shown, Verdict, judge, target_state
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
-from ira.coordinator.facts import fence, incident_version, load_model, lock_run, store_json, version_with_draft
+from ira.coordinator.facts import fence, load_model, store_json, version_with_draft
 from ira.coordinator.notify import APPROVAL_REQUESTED, announce, request_notification
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import ConcurrentUpdateError
+from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.events import APPROVAL_SETTLED, RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, WorkItem
@@ -39,7 +40,10 @@ from ira.core.report import TicketDraft
 from ira.core.run import Claim, Run
 from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime import runtrace
-from ira.runtime.store import runs, timers
+from ira.runtime.store import outbox, runs, timers
+from ira.runtime.store.rows import run_from_row
+from ira.runtime.store.schema import approvals
+from ira.runtime.store.schema import runs as runs_table
 from ira.runtime.wakeup import step_wakeup
 
 AUTO_APPROVER = "ira (auto, staging)"
@@ -114,9 +118,10 @@ async def decide(
     ``shown``: the draft the decider saw (a chat button's binding), which must be the approval's."""
     run, approval = await _locked(conn, tenant_id, approval_id)
     draft = await records.current_draft(conn, tenant_id, run.run_id)
+    version = await version_with_draft(conn, run, draft)
     judgement = judge(DecisionCheck(
         approval=approval, choice=choice, principal=principal, roles=roles, now=at,
-        current_draft_ref=draft.ref if draft else None, current_resource_version=await incident_version(conn, run),
+        current_draft_ref=draft.ref if draft else None, current_resource_version=version,
         run_waiting_for_approval=run.state == RunState.WAITING and run.wait_kind == WaitKind.APPROVAL, shown=shown))
     if judgement.verdict == Verdict.REFUSE:
         await runs.append_events(conn, tenant_id, run.run_id,
@@ -130,7 +135,9 @@ async def decide(
     await timers.cancel_timer(conn, tenant_id, expiry_timer_id(approval_id), now=at)
     with _wait_span(run, approval, outcome=target_state(choice).value, principal=principal):
         await _apply(conn, run, approval, choice=choice, principal=principal, config=config, at=at)
-    return await records.get_approval(conn, tenant_id, approval_id), judgement
+    # what settle_approval wrote, under the run lock: no need to read it back
+    return approval.model_copy(update={"state": target_state(choice), "decided_by": principal, "decided_at": at,
+                                       "reason": reason}), judgement
 
 
 def _wait_span(run: Run, approval: Approval, *, outcome: str, principal: str | None) -> AbstractContextManager[Span]:
@@ -151,18 +158,20 @@ async def _apply(
         "approval_id": approval.approval_id, "principal": principal, "payload_hash": approval.payload_hash,
         "resource_version": approval.resource_version})
     await records.close_work_items(conn, run.tenant_id, run.run_id, kind="approval", at=at)
-    await announce(conn, run, kind=NotificationKind.APPROVAL_DECIDED, config=config, at=at, data={
-        "approval_id": approval.approval_id, "decision": choice.value, "principal": principal})
+    told = await request_notification(conn, run, kind=NotificationKind.APPROVAL_DECIDED, config=config, at=at,
+                                      data={"approval_id": approval.approval_id, "decision": choice.value,
+                                            "principal": principal})
     if choice == Choice.REJECT:
+        await outbox.enqueue(conn, runtrace.stamp((told,), runtrace.parent_for(run.traceparent)), at=at)
         await end_run(conn, run, state=RunState.FAILED, outcome="approval_rejected", config=config, at=at,
                       step_states={approval.step_id: StepState.FAILED}, events=(decided,))
         return
     wakeup = step_wakeup(run.tenant_id, run.run_id, approval.step_id, kind=approval.step_id,
                          environment=config.environment, at=at)
-    await runs.commit(conn, RunCommit(
+    await runs.commit(conn, RunCommit(  # the notification's outbox row with the wake-up's: one INSERT
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
-        steps=(StepChange(step_id=approval.step_id, state=StepState.READY),), events=(decided,), outbox=(wakeup,)),
-        at=at)
+        steps=(StepChange(step_id=approval.step_id, state=StepState.READY),), events=(decided,),
+        outbox=(told, wakeup)), at=at)
 
 
 async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord, *, version: int | None = None
@@ -178,10 +187,19 @@ async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord, *
 
 async def _locked(conn: AsyncConnection, tenant_id: str, approval_id: str) -> tuple[Run, Approval]:
     """The run locked first, then the approval read fresh: every approval writer holds the run
-    lock, so what is read here cannot change before this transaction commits."""
-    approval = await records.get_approval(conn, tenant_id, approval_id)
-    run = await lock_run(conn, tenant_id, approval.run_id)
-    return run, await records.get_approval(conn, tenant_id, approval_id)
+    lock, so what is read here cannot change before this transaction commits. The run is found
+    through the approval in the locking statement itself (one read fewer than looking it up)."""
+    row = (await conn.execute(_LOCK_RUN_OF_APPROVAL, {"k_tenant": tenant_id, "k_approval": approval_id})).first()
+    if row is None:
+        raise NotFoundError(f"approval {approval_id} not found")
+    return run_from_row(row), await records.get_approval(conn, tenant_id, approval_id)
+
+
+_LOCK_RUN_OF_APPROVAL = select(runs_table).where(
+    runs_table.c.tenant_id == bindparam("k_tenant"),
+    runs_table.c.run_id == select(approvals.c.run_id).where(
+        approvals.c.tenant_id == bindparam("k_tenant"), approvals.c.approval_id == bindparam("k_approval"))
+    .scalar_subquery()).with_for_update()
 
 
 async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, config: WorkflowConfig,

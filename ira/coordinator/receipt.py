@@ -1,23 +1,36 @@
-"""C5 facts of the ticket Operation: its identity at the ticket system, and its receipt."""
+"""C5 facts of the ticket Operation: its identity at the ticket system, and its receipt.
+
+A receipt is recorded whoever observes it and whatever the run's state (a ticket that
+appeared after a cancel is still the truth). The owner of ``create_ticket`` records it and
+finishes its step in ONE transaction (:func:`confirm_and_finish`): the fenced finish runs in
+a savepoint, so a stale owner still leaves the fact behind and only its finish is refused.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import operations
+from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import store_json
-from ira.coordinator.notify import announce
+from ira.coordinator.facts import fence, lock_run, store_json
+from ira.coordinator.notify import request_notification
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION
-from ira.core.commit import EventDraft
+from ira.core.commit import EventDraft, OutboxMessage, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import DomainError
+from ira.core.errors import ConcurrentUpdateError, DomainError, IllegalTransitionError
 from ira.core.events import RunEventType
 from ira.core.operation import Operation
-from ira.core.states import TERMINAL_RUN_STATES, OperationFact, OperationHandling
+from ira.core.run import Claim, Run
+from ira.core.states import TERMINAL_RUN_STATES, OperationFact, OperationHandling, StepState
 from ira.core.ticket import Ticket
-from ira.runtime.store import runs
+from ira.runtime import runtrace
+from ira.runtime.store import outbox, runs
 
 
 def namespace(run_id: str) -> str:
@@ -31,27 +44,94 @@ def idempotency_key(tenant_id: str, incident_id: str, draft_ref: str) -> str:
     return "sha256:" + hashlib.sha256(basis.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Confirmed:
+    """A receipt recorded in the caller's transaction, and what is left to say about it."""
+
+    operation: Operation
+    """The Operation as confirmed (its key and link as the ticket system gave them)."""
+    receipt_ref: str | None
+    events: tuple[EventDraft, ...] = ()
+    """OPERATION_CONFIRMED, for the run's log; none if the Operation was confirmed before."""
+    outbox: tuple[OutboxMessage, ...] = ()
+    """The TICKET_CREATED notification (people hear of the ticket when it exists)."""
+
+    async def tell(self, conn: AsyncConnection, run: Run, *, at: datetime) -> None:
+        """Its events and notification without a run commit of their own."""
+        if self.events:
+            await runs.append_events(conn, run.tenant_id, run.run_id, self.events, at=at)
+        await outbox.enqueue(conn, runtrace.stamp(self.outbox, runtrace.parent_for(run.traceparent)), at=at)
+
+
+async def confirm(conn: AsyncConnection, run: Run, op: Operation, ticket: Ticket, *, adopted: bool, epoch: int,
+                  config: WorkflowConfig, at: datetime) -> Confirmed:
+    """C5: store the receipt and confirm the fact; its event and notification are returned
+    for the caller's commit (``Confirmed.tell`` when there is none)."""
+    receipt = await store_json(conn, op.tenant_id, canonical_json(ticket), config=config, at=at)
+    current = await operations.get_operation(conn, op.tenant_id, op.operation_id)
+    if current.fact_state == OperationFact.CONFIRMED_SUCCESS:
+        if current.external_ref != ticket.key:
+            raise DomainError(f"operation {op.operation_id} confirmed {current.external_ref}, now {ticket.key}")
+        return Confirmed(operation=current, receipt_ref=receipt.ref)
+    await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, receipt=ticket,
+                          handling=OperationHandling.NONE, at=at, from_facts=operations.IN_DOUBT)
+    late = run.state in TERMINAL_RUN_STATES
+    event = EventDraft(type=RunEventType.OPERATION_CONFIRMED, data={
+        "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,
+        "external_url": ticket.url, "receipt_ref": receipt.ref, "adopted": adopted, "owner_epoch": epoch, "late": late})
+    # people hear of the ticket when it exists (late: found after the run ended, by reconciliation)
+    message = await request_notification(conn, run, kind=NotificationKind.TICKET_CREATED, config=config, at=at,
+                                         data={"ticket_key": ticket.key, "title": ticket.title, "url": ticket.url,
+                                               "late": late})
+    confirmed = current.model_copy(update={
+        "fact_state": OperationFact.CONFIRMED_SUCCESS, "handling_state": OperationHandling.NONE,
+        "external_ref": ticket.key, "external_system": ticket.system, "external_url": ticket.url})
+    return Confirmed(operation=confirmed, receipt_ref=receipt.ref, events=(event,), outbox=(message,))
+
+
 async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: bool, epoch: int) -> str:
-    """C5: store the receipt and confirm the fact, whoever observed it and whatever the run's
-    state (a ticket that appeared after a cancel is still recorded). Returns the receipt ref."""
+    """C5 alone, in its own transaction (reconciliation: nobody's step to finish). Returns the receipt ref."""
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
-        receipt = await store_json(conn, op.tenant_id, canonical_json(ticket), config=deps.config, at=now)
-        current = await operations.get_operation(conn, op.tenant_id, op.operation_id)
-        if current.fact_state == OperationFact.CONFIRMED_SUCCESS:
-            if current.external_ref != ticket.key:
-                raise DomainError(f"operation {op.operation_id} confirmed {current.external_ref}, now {ticket.key}")
-            return receipt.ref
-        await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, receipt=ticket,
-                              handling=OperationHandling.NONE, at=now, from_facts=operations.IN_DOUBT)
         run = await runs.get_run(conn, op.tenant_id, op.run_id)
-        await runs.append_events(conn, op.tenant_id, op.run_id, [EventDraft(type=RunEventType.OPERATION_CONFIRMED,
-            data={
-            "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,
-            "external_url": ticket.url, "receipt_ref": receipt.ref,
-            "adopted": adopted, "owner_epoch": epoch, "late": run.state in TERMINAL_RUN_STATES})], at=now)
-        # people hear of the ticket when it exists (late: found after the run ended, by reconciliation)
-        await announce(conn, run, kind=NotificationKind.TICKET_CREATED, config=deps.config, at=now,
-                       data={"ticket_key": ticket.key, "title": ticket.title, "url": ticket.url,
-                             "late": run.state in TERMINAL_RUN_STATES})
-        return receipt.ref
+        confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=epoch, config=deps.config, at=now)
+        await confirmed.tell(conn, run, at=now)
+        assert confirmed.receipt_ref is not None
+        return confirmed.receipt_ref
+
+
+async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
+                             adopted: bool) -> None:
+    """C5 and the step's end in one transaction. ``ticket``: the one this owner created or
+    adopted; None: the Operation was confirmed before, and is looked up for the step's result.
+    A refused finish (stale epoch, run moved on) is raised once the receipt has committed."""
+    now = deps.clock.now()
+    if ticket is None:
+        ticket = await deps.tickets.find_by_key(claim.tenant_id, op.idempotency_key)
+    refused: Exception | None = None
+    async with deps.db.transaction() as conn:
+        run = await lock_run(conn, claim.tenant_id, claim.run_id)
+        confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=claim.owner_epoch,
+                                  config=deps.config, at=now) if ticket is not None else \
+            Confirmed(operation=await operations.get_operation(conn, op.tenant_id, op.operation_id), receipt_ref=None)
+        try:
+            async with conn.begin_nested():  # refusals are raised before the commit writes its outbox
+                await runs.commit(conn, _finished(claim, run, confirmed), at=now)
+        except (ConcurrentUpdateError, IllegalTransitionError) as exc:
+            refused = exc
+            await confirmed.tell(conn, run, at=now)
+    if refused is not None:
+        raise refused
+
+
+def _finished(claim: Claim, run: Run, confirmed: Confirmed) -> RunCommit:
+    """The step DONE with the receipt as its result, fenced; the key and link as the Operation
+    confirmed them (a ticket system's search may not show the ticket yet)."""
+    op = confirmed.operation
+    return RunCommit(
+        tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, fence=fence(claim),
+        steps=(StepChange(step_id=CREATE_TICKET, state=StepState.DONE, result_ref=confirmed.receipt_ref),),
+        events=(*confirmed.events, EventDraft(type=RunEventType.TICKET_CREATED, data={
+            "operation_id": op.operation_id, "key": op.external_ref, "system": op.external_system,
+            "url": op.external_url})),
+        outbox=confirmed.outbox)

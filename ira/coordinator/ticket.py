@@ -2,11 +2,13 @@
 
 1. C4 intent: the Operation with its stable idempotency key (tenant + incident + action +
    draft hash), the payload hash (the draft ref) and the approval it relies on.
-2. C4 ``authorize``: one conditional transaction re-checks the run, the fence, the approval
-   (still APPROVED, same draft, same incident version) and the budget, then moves the
-   Operation to SUBMITTED. Only after that commit may a byte go to the ticket system.
-3. Send with the key and the claim's epoch; C5: the receipt is stored as evidence and the
-   Operation becomes CONFIRMED_SUCCESS; then the step is finished (fenced).
+2. C4 ``authorize``, in the intent's transaction (the run locked): the run, the fence, the
+   approval (still APPROVED, same draft, same incident version) and the budget are checked,
+   then the Operation moves to SUBMITTED. Only after that commit may a byte go to the ticket
+   system. An intent that may not be sent (held, refused) commits without the permit.
+3. Send with the key and the claim's epoch; C5, in one transaction: the receipt is stored as
+   evidence, the Operation becomes CONFIRMED_SUCCESS, and the step is finished (fenced, in a
+   savepoint: a stale owner's receipt still stands).
 
 A new owner that finds the Operation SUBMITTED (receipt lost, worker killed) never sends
 first: it raises the ticket system's write barrier to its own epoch and looks the ticket
@@ -26,10 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, operations, records
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, store_json
-from ira.coordinator.receipt import idempotency_key, namespace, record_receipt
+from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run
+from ira.coordinator.receipt import confirm_and_finish, idempotency_key, namespace
 from ira.coordinator.reconcile import park
-from ira.coordinator.report import canonical_json
+from ira.coordinator.records import DraftRecord
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
@@ -38,9 +40,9 @@ from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
 from ira.core.replay import SANDBOX_TICKETS, STAGING, staging_refusal
 from ira.core.report import TicketDraft
-from ira.core.run import Run
+from ira.core.run import Claim, Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
-from ira.core.ticket import TicketRequest
+from ira.core.ticket import Ticket, TicketRequest
 from ira.runtime.dispatch import StepContext
 from ira.runtime.store import runs, timers
 
@@ -48,9 +50,9 @@ log = logging.getLogger(__name__)
 DEADLINE_TIMER = "operation_deadline"
 
 # Fault points around the Operation (fault tests kill the process there; see tests/faults/).
-AFTER_INTENT = "ticket.after_intent"  #: INTENT_RECORDED committed, nothing authorized yet
+AFTER_INTENT = "ticket.after_intent"  #: the intent committed (with its SUBMITTED permit if it may be sent)
 AFTER_SUBMIT = "ticket.after_submit"  #: SUBMITTED committed, no byte sent yet
-AFTER_RECEIPT = "ticket.after_receipt"  #: receipt stored (CONFIRMED_SUCCESS), step not finished
+AFTER_RECEIPT = "ticket.after_receipt"  #: receipt stored (CONFIRMED_SUCCESS) and, by its owner, the step DONE
 AFTER_FINISH = "ticket.after_finish"  #: step DONE committed, the next step not yet run
 
 
@@ -66,36 +68,45 @@ class Mode(StrEnum):
 
 
 async def create_ticket(deps: Deps, ctx: StepContext) -> None:
-    prepared = await _record_intent(deps, ctx)
+    prepared = await _prepare(deps, ctx)
     if prepared is None:
         return
-    op, request, environment = prepared
+    op, request, environment, mode = prepared
     deps = deps.for_environment(environment)  # staging: the sandbox only, whatever is bound (checked at dispatch)
     with trace.get_tracer(__name__).start_as_current_span("ticket operation", attributes={
             "ira.operation_id": op.operation_id, "ira.operation.kind": op.kind, "ira.ticket.system": deps.tickets.name,
             "ira.operation.key_prefix": op.idempotency_key[:12], "ira.owner_epoch": ctx.claim.owner_epoch}) as span:
         deps.faults.hit(AFTER_INTENT)
-        mode = await _authorize(deps, ctx, op)
-        path = mode.value
-        if mode == Mode.VERIFY:
-            mode = await _verify(deps, ctx, op)
-            path = "adopted" if mode == Mode.DONE else path
-        if mode == Mode.SEND:
-            deps.faults.hit(AFTER_SUBMIT)
-            mode = await _send(deps, ctx, op, request=request)
-            path = "created" if mode == Mode.DONE else path
+        mode, ticket, path = await _reach(deps, ctx, op, mode, request=request)
         span.set_attribute("ira.operation.path", path)
         span.set_attribute("ira.operation.outcome", mode.value)
         if mode == Mode.DONE:
+            await confirm_and_finish(deps, ctx.claim, op, ticket, adopted=path == "adopted")
             deps.faults.hit(AFTER_RECEIPT)
-            await _finish(deps, ctx, op)
             deps.faults.hit(AFTER_FINISH)
         elif mode == Mode.FAILED:
             span.set_status(Status(StatusCode.ERROR, "confirmed_failure"))
             await _fail(deps, ctx, op, reason="confirmed_failure")
 
 
-async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest, str] | None:
+async def _reach(deps: Deps, ctx: StepContext, op: Operation, mode: Mode, *,
+                 request: TicketRequest) -> tuple[Mode, Ticket | None, str]:
+    """From the permit to an outcome: (mode, the ticket this owner holds, the path taken)."""
+    path, ticket = mode.value, None
+    if mode == Mode.VERIFY:
+        mode, ticket = await _verify(deps, ctx, op)
+        path = "adopted" if mode == Mode.DONE else path
+    if mode == Mode.SEND:
+        deps.faults.hit(AFTER_SUBMIT)
+        mode, ticket = await _send(deps, ctx, op, request=request)
+        path = "created" if mode == Mode.DONE else path
+    return mode, ticket, path
+
+
+async def _prepare(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest, str, Mode] | None:
+    """C4 in one transaction: the intent (or the step's Operation from before) and, if it may be
+    sent now, its SUBMITTED permit. Intent and permit commit together: on the way to a send,
+    "recorded, not yet authorized" never outlives a transaction (a held intent still commits alone)."""
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
@@ -105,19 +116,26 @@ async def _record_intent(deps: Deps, ctx: StepContext) -> tuple[Operation, Ticke
             return None
         approval = await gate.usable_approval(conn, run, draft)
         existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET)
+        recorded: tuple[EventDraft, ...] = ()
         if existing is not None and existing.payload_hash == draft.ref:
-            return await _rebind(conn, existing, approval, at=now), doc.request, run.environment
-        op = await operations.record_intent(conn, Operation(
-            operation_id=new_id("op"), tenant_id=c.tenant_id, run_id=c.run_id, step_id=CREATE_TICKET,
-            kind=CREATE_TICKET_ACTION, idempotency_key=idempotency_key(c.tenant_id, run.incident_id or "", draft.ref),
-            payload_hash=draft.ref, approval_id=approval.approval_id if approval else None,
-            fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=now, updated_at=now))
-        await runs.commit(conn, RunCommit(
-            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            events=(EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
-                "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
-                "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)), at=now)
-        return op, doc.request, run.environment
+            op = await _rebind(conn, existing, approval, at=now)
+        else:
+            op, recorded = await _record_intent(conn, c, run, draft, approval, at=now)
+        mode = await _authorize(conn, ctx, run, op, usable=approval, recorded=recorded, deps=deps)
+        return op, doc.request, run.environment, mode
+
+
+async def _record_intent(conn: AsyncConnection, c: Claim, run: Run, draft: DraftRecord, approval: Approval | None,
+                         *, at: datetime) -> tuple[Operation, tuple[EventDraft, ...]]:
+    """C4, first half: the Operation with its stable key, and its event for the next commit."""
+    op = await operations.record_intent(conn, Operation(
+        operation_id=new_id("op"), tenant_id=c.tenant_id, run_id=c.run_id, step_id=CREATE_TICKET,
+        kind=CREATE_TICKET_ACTION, idempotency_key=idempotency_key(c.tenant_id, run.incident_id or "", draft.ref),
+        payload_hash=draft.ref, approval_id=approval.approval_id if approval else None,
+        fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=at, updated_at=at))
+    return op, (EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
+        "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
+        "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)
 
 
 async def _rebind(conn: AsyncConnection, op: Operation, approval: Approval | None, *, at: datetime) -> Operation:
@@ -129,26 +147,30 @@ async def _rebind(conn: AsyncConnection, op: Operation, approval: Approval | Non
     return op.model_copy(update={"approval_id": approval.approval_id})
 
 
-async def _authorize(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
-    """``authorize_dispatch_if_current``: SUBMITTED is committed before any byte is sent."""
+async def _authorize(conn: AsyncConnection, ctx: StepContext, run: Run, op: Operation, *, usable: Approval | None,
+                     recorded: tuple[EventDraft, ...], deps: Deps) -> Mode:
+    """``authorize_dispatch_if_current``, in the intent's transaction (the run locked, ``usable``
+    read under that lock): SUBMITTED is committed before any byte is sent."""
     now, c = deps.clock.now(), ctx.claim
-    async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
-        op = await operations.get_operation(conn, c.tenant_id, op.operation_id)
-        if run.state != RunState.RUNNING:
-            return Mode.STOP
-        if op.fact_state != OperationFact.INTENT_RECORDED:
-            return _mode_of(op.fact_state)
-        if (problem := await dispatch_problem(conn, run, op, tickets=deps.tickets.name)) is not None:
-            await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
-            return Mode.STOP
-        await charge_step(conn, c, config=deps.config, at=now)
-        await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now)
-        return Mode.SEND
+    ready = op.fact_state == OperationFact.INTENT_RECORDED
+    tickets = deps.for_environment(run.environment).tickets.name
+    problem = await dispatch_problem(conn, run, op, tickets=tickets, usable=usable) if ready else None
+    if recorded and (problem is not None or not ready):  # the intent's event commits alone
+        run = await runs.commit(conn, RunCommit(tenant_id=c.tenant_id, run_id=c.run_id,
+                                                expected_version=run.state_version, fence=fence(c), events=recorded),
+                                at=now)
+    if not ready:
+        return _mode_of(op.fact_state)
+    if problem is not None:
+        await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
+        return Mode.STOP
+    await charge_step(conn, c, config=deps.config, at=now)
+    await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now, events=recorded)
+    return Mode.SEND
 
 
 async def _submit(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, deadline: datetime,
-                  at: datetime) -> None:
+                  at: datetime, events: tuple[EventDraft, ...]) -> None:
     """SUBMITTED, with this owner's epoch and a durable deadline, fenced: the send permit."""
     c = ctx.claim
     if not await operations.move(conn, op, to=OperationFact.SUBMITTED, owner_epoch=c.owner_epoch,
@@ -159,8 +181,8 @@ async def _submit(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Oper
         due_at=deadline, run_id=c.run_id, step_id=CREATE_TICKET, payload={"operation_id": op.operation_id}))
     await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-        events=(EventDraft(type=RunEventType.OPERATION_SUBMITTED, data={
-            "operation_id": op.operation_id, "owner_epoch": c.owner_epoch, "deadline": deadline.isoformat()}),)),
+        events=(*events, EventDraft(type=RunEventType.OPERATION_SUBMITTED, data={
+            "operation_id": op.operation_id, "owner_epoch": c.owner_epoch, "deadline": deadline.isoformat()}))),
         at=at)
 
 
@@ -172,9 +194,12 @@ def _mode_of(fact: OperationFact) -> Mode:
     return Mode.VERIFY
 
 
-async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation, *, tickets: str) -> str | None:
+async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation, *, tickets: str,
+                           usable: Approval | None = None) -> str | None:
     """Why this Operation may not be sent now to the ``tickets`` system (None: it may): staging
-    targets (the stored binding, checked again here), contract, approval binding."""
+    targets (the stored binding, checked again here), contract, approval binding. ``usable``:
+    :func:`gate.usable_approval` as read under the run's lock in this transaction; the Operation
+    relying on that very approval for its draft needs no second look at it."""
     if run.environment == STAGING:
         refused = staging_refusal(run.environment, run.bindings.get("targets"), "tickets")
         if refused or tickets != SANDBOX_TICKETS:
@@ -184,6 +209,8 @@ async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation, *, ti
         return None if answer == PolicyAnswer.ALLOW else "action_blocked"
     if op.approval_id is None:
         return "no_approval"
+    if usable is not None and usable.approval_id == op.approval_id and usable.payload_hash == op.payload_hash:
+        return None
     approval = await records.get_approval(conn, run.tenant_id, op.approval_id)
     draft = await records.current_draft(conn, run.tenant_id, run.run_id)
     if approval.state != ApprovalState.APPROVED:
@@ -220,17 +247,16 @@ async def _refuse(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Oper
         at=at)
 
 
-async def _verify(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
+async def _verify(deps: Deps, ctx: StepContext, op: Operation) -> tuple[Mode, Ticket | None]:
     """Recovery by a new owner: barrier first, then look up by key; adopt or re-authorize."""
     c = ctx.claim
     definitive = await deps.tickets.raise_barrier(c.tenant_id, namespace(c.run_id), c.owner_epoch)
     found = await deps.tickets.find_by_key(c.tenant_id, op.idempotency_key)
     if found is not None:
-        await record_receipt(deps, op, found, adopted=True, epoch=c.owner_epoch)
-        return Mode.DONE
+        return Mode.DONE, found
     if not definitive:
         await park(deps, ctx, op)
-        return Mode.STOP
+        return Mode.STOP, None
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, c.tenant_id, c.run_id)
@@ -243,19 +269,18 @@ async def _verify(deps: Deps, ctx: StepContext, op: Operation) -> Mode:
                 "operation_id": op.operation_id, "owner_epoch": c.owner_epoch,
                 "evidence": f"{deps.tickets.name}: no ticket for the key behind a barrier at epoch {c.owner_epoch}"}),
             )), at=now)
-    return Mode.SEND
+    return Mode.SEND, None
 
 
-async def _send(deps: Deps, ctx: StepContext, op: Operation, *, request: TicketRequest) -> Mode:
+async def _send(deps: Deps, ctx: StepContext, op: Operation, *, request: TicketRequest) -> tuple[Mode, Ticket | None]:
     c = ctx.claim
     try:
         ticket = await deps.tickets.create(request, idempotency_key=op.idempotency_key,
                                            namespace=namespace(c.run_id), epoch=c.owner_epoch)
     except ConnectorRejectedError as exc:
         await _fail(deps, ctx, op, reason=exc.message)
-        return Mode.STOP
-    await record_receipt(deps, op, ticket, adopted=False, epoch=c.owner_epoch)
-    return Mode.DONE
+        return Mode.STOP, None
+    return Mode.DONE, ticket
 
 
 async def _fail(deps: Deps, ctx: StepContext, op: Operation, *, reason: str) -> None:
@@ -270,22 +295,3 @@ async def _fail(deps: Deps, ctx: StepContext, op: Operation, *, reason: str) -> 
             steps=(StepChange(step_id=CREATE_TICKET, state=StepState.FAILED),),
             events=(EventDraft(type=RunEventType.OPERATION_FAILED, data={"operation_id": op.operation_id,
                                                               "reason": reason}),)), at=now)
-
-
-async def _finish(deps: Deps, ctx: StepContext, op: Operation) -> None:
-    """The step is done once its Operation is confirmed; fenced, so a stale owner stops here."""
-    now, c = deps.clock.now(), ctx.claim
-    ticket = await deps.tickets.find_by_key(c.tenant_id, op.idempotency_key)
-    async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
-        confirmed = await operations.get_operation(conn, c.tenant_id, op.operation_id)
-        receipt = await store_json(conn, c.tenant_id, canonical_json(ticket), config=deps.config, at=now) \
-            if ticket else None
-        await runs.commit(conn, RunCommit(
-            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            steps=(StepChange(step_id=CREATE_TICKET, state=StepState.DONE,
-                              result_ref=receipt.ref if receipt else None),),
-            # the key and link as the Operation confirmed them: a search index may not show the ticket yet
-            events=(EventDraft(type=RunEventType.TICKET_CREATED, data={
-                "operation_id": op.operation_id, "key": confirmed.external_ref, "system": confirmed.external_system,
-                "url": confirmed.external_url}),)), at=now)

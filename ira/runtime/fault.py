@@ -16,8 +16,9 @@ constant that names a point sits beside its ``hit``):
   is the consumer's (inbox) name: ``triage``, ``coordinator``, ``coordinator-steps``,
   ``notifier``, ``agents-steps``.
 * ``ticket.after_intent`` / ``ticket.after_submit`` / ``ticket.after_receipt`` /
-  ``ticket.after_finish`` (``ira.coordinator.ticket``): the Operation's INTENT_RECORDED /
-  SUBMITTED / CONFIRMED_SUCCESS / the step's DONE is committed / the next move is made.
+  ``ticket.after_finish`` (``ira.coordinator.ticket``): the Operation's INTENT_RECORDED (with
+  its SUBMITTED permit, one commit, when it may be sent) / SUBMITTED / CONFIRMED_SUCCESS (with
+  the step's DONE, one commit, for its owner) / the step's DONE is committed / the next move is made.
 * ``ticket.after_create`` (``ira.connectors.tickets.fault.AFTER_CREATE``): the ticket system
   created the ticket / its receipt is stored.
 * ``run.after_complete`` (``ira.coordinator.handlers.AFTER_COMPLETE``): the verifier's

@@ -1,0 +1,156 @@
+"""The ticket Operation's commits: how many write transactions stand between an approval and a
+ticket, and what a stale owner still leaves behind.
+
+``create_ticket`` commits the intent together with its SUBMITTED permit (nothing is written
+between them and the send), and the receipt together with the step's end; the fenced finish
+runs in a savepoint, so an owner whose claim was revoked meanwhile still records the receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ira.connectors.tickets.builtin import BuiltinTicketSystem
+from ira.coordinator import operations, records
+from ira.coordinator.deps import Deps
+from ira.coordinator.handlers import step_handlers
+from ira.coordinator.intake import open_run_for
+from ira.core.clock import FrozenClock
+from ira.core.delivery import NotificationKind
+from ira.core.ports import TicketSystem
+from ira.core.states import OperationFact, RunState, StepState
+from ira.core.ticket import Ticket, TicketRequest
+from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.fault import FaultPoints
+from ira.runtime.store import runs, steps
+from ira.runtime.store.database import Database
+from tests.coordinator.gated import GatedTickets
+from tests.coordinator.harness import T0, Pump, api, auth, config, decision, envelope
+from tests.coordinator.scripted import ScriptedInvestigators
+from tests.coordinator.test_approvals import decide, waiting_for_approval
+
+
+class Trail:
+    """What the ``create_ticket`` handler's task did, in order: its write commits, the fault
+    points it passed and its calls to the ticket system (other tasks' commits are left out)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[asyncio.Task[object] | None, str]] = []
+
+    def note(self, what: str) -> None:
+        self.entries.append((asyncio.current_task(), what))
+
+    def of_task_that(self, did: str) -> list[str]:
+        [task] = {t for t, what in self.entries if what == did}
+        return [what for t, what in self.entries if t is task]
+
+
+class TrailFaults(FaultPoints):
+    def __init__(self, trail: Trail) -> None:
+        super().__init__()
+        self.trail = trail
+
+    def hit(self, name: str) -> None:
+        self.trail.note(name)
+
+
+class TrailTickets:
+    def __init__(self, inner: TicketSystem, trail: Trail) -> None:
+        self.inner, self.trail, self.name = inner, trail, inner.name
+
+    async def create(self, request: TicketRequest, *, idempotency_key: str, namespace: str, epoch: int) -> Ticket:
+        self.trail.note("send")
+        ticket = await self.inner.create(request, idempotency_key=idempotency_key, namespace=namespace, epoch=epoch)
+        self.trail.note("sent")
+        return ticket
+
+    async def find_by_key(self, tenant_id: str, idempotency_key: str) -> Ticket | None:
+        self.trail.note("find_by_key")
+        return await self.inner.find_by_key(tenant_id, idempotency_key)
+
+    async def raise_barrier(self, tenant_id: str, namespace: str, epoch: int) -> bool:
+        return await self.inner.raise_barrier(tenant_id, namespace, epoch)
+
+
+def noting_commits(db: Database, trail: Trail) -> None:
+    """Every write transaction of ``db`` that commits is noted on ``trail`` by the task that ran it."""
+    transaction = db.transaction
+
+    @asynccontextmanager
+    async def noted() -> AsyncIterator[AsyncConnection]:
+        async with transaction() as conn:
+            yield conn
+        trail.note("commit")
+
+    db.transaction = noted  # type: ignore[method-assign]
+
+
+async def test_the_intent_commits_with_its_permit_and_the_receipt_with_the_finish(db: Database) -> None:
+    # Given a run waiting for approval whose coordinator notes its commits, fault points and sends
+    trail, clock = Trail(), FrozenClock(T0)
+    deps = Deps(db=db, clock=clock, config=config(), faults=TrailFaults(trail),
+                tickets=TrailTickets(BuiltinTicketSystem(db, clock), trail))
+    scripted = ScriptedInvestigators(db, clock, behaviour={})
+    coordinator = StepDispatcher(db=db, clock=clock, handlers=step_handlers(deps), owner="coordinator-test",
+                                 lease=timedelta(seconds=30))
+    pump = Pump(db, deps, [coordinator, scripted.dispatcher(lease_seconds=30)], scripted=scripted)
+    d = decision()
+    await pump.decide(envelope(d))
+    await pump.drain()
+    async with db.reader() as conn:
+        run = await open_run_for(conn, "acme", d.incident_id)
+        assert run is not None and run.state == RunState.WAITING
+        [approval] = await records.list_approvals(conn, "acme", run.run_id)
+    run_id = run.run_id
+    noting_commits(db, trail)
+    # When it is approved and runs to its end
+    async with api(deps) as client:
+        assert (await decide(client, approval.approval_id)).status_code == 200
+    await pump.drain()
+    await pump.close()
+    # Then nothing is committed between the intent and the send, and one commit holds the receipt
+    # and the step's end (the intent's commit is the one the handler made before its first fault point)
+    done = trail.of_task_that(did="ticket.after_finish")
+    assert done[done.index("ticket.after_intent") - 1:] == [
+        "commit", "ticket.after_intent", "ticket.after_submit", "send", "commit", "sent",  # the builtin's own
+        "commit", "ticket.after_receipt", "ticket.after_finish"]
+    async with db.reader() as conn:
+        run = await runs.get_run(conn, "acme", run_id)
+        log = [e.type for e in await runs.list_events(conn, "acme", run_id)]
+    assert run.state == RunState.COMPLETED
+    intent = log.index("OPERATION_INTENT_RECORDED")
+    assert log[intent:intent + 2] == ["OPERATION_INTENT_RECORDED", "OPERATION_SUBMITTED"]
+    confirmed = log.index("OPERATION_CONFIRMED")
+    assert log[confirmed:confirmed + 2] == ["OPERATION_CONFIRMED", "TICKET_CREATED"]
+
+
+async def test_an_owner_whose_claim_was_revoked_still_records_its_receipt(db: Database) -> None:
+    # Given an approved run whose ticket was created and whose receipt has not come back
+    gated = GatedTickets(BuiltinTicketSystem(db, FrozenClock(T0)), hold="after")
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db, tickets=gated)
+    async with api(deps) as client:
+        assert (await decide(client, approval.approval_id)).status_code == 200
+        draining = asyncio.create_task(pump.drain())
+        await asyncio.wait_for(gated.entered.wait(), timeout=10)
+        # When the run is cancelled meanwhile (every claim revoked), and only then the receipt returns
+        assert (await client.post(f"/v1/runs/{run_id}/cancel", headers=auth("admin"))).status_code == 202
+        gated.release.set()
+        await asyncio.wait_for(draining, timeout=20)
+    await pump.close()
+    async with db.reader() as conn:
+        [op] = await operations.list_operations(conn, "acme", run_id)
+        step = await steps.get_step(conn, "acme", run_id, "create_ticket")
+        log = await runs.list_events(conn, "acme", run_id)
+    # Then the owner's receipt stands (not adopted by reconciliation: no timer was fired here), its
+    # finish was refused and left no trace, and the log is still gapless
+    assert (op.fact_state, op.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-1")
+    [confirmed] = [e for e in log if e.type == "OPERATION_CONFIRMED"]
+    assert (confirmed.data["adopted"], confirmed.data["late"]) == (False, True)
+    assert step.state == StepState.SKIPPED and "TICKET_CREATED" not in [e.type for e in log]
+    assert [e.run_seq for e in log] == list(range(1, len(log) + 1))
+    assert NotificationKind.TICKET_CREATED in [d.payload["kind"] for d in pump.deliveries]
