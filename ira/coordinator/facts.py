@@ -21,6 +21,7 @@ from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.run import Claim, Run
 from ira.runtime.store import budget
+from ira.runtime.store.artifact_cache import cache_of, remember
 from ira.runtime.store.artifacts import get_artifact, put_artifact
 from ira.runtime.store.rows import run_from_row
 from ira.runtime.store.schema import artifacts, events
@@ -29,7 +30,7 @@ from ira.runtime.store.schema import runs as runs_table
 M = TypeVar("M", bound=Model)
 ALERT_DELIVERED = RunEventType.ALERT_DELIVERED
 INCIDENT_UPDATED = RunEventType.INCIDENT_UPDATED
-_BODIES = select(artifacts.c.ref, artifacts.c.body).where(
+_ARTIFACTS = select(artifacts).where(
     artifacts.c.tenant_id == bindparam("k_tenant"), artifacts.c.ref.in_(bindparam("k_refs", expanding=True)))
 
 
@@ -62,19 +63,24 @@ async def load_model(conn: AsyncConnection, tenant_id: str, ref: str | None, *, 
 async def load_models(
     conn: AsyncConnection, tenant_id: str, refs: Iterable[str | None], *, model: type[M],
 ) -> dict[str, M]:
-    """:func:`load_model` for several refs in ONE read (a join's branches): ref -> model, absent
-    and unreadable ones left out."""
-    wanted = sorted({r for r in refs if r})
-    if not wanted:
-        return {}
-    rows = await conn.execute(_BODIES, {"k_tenant": tenant_id, "k_refs": wanted})
-    loaded: dict[str, M] = {}
-    for ref, body in rows:
-        try:
-            loaded[ref] = model.model_validate_json(bytes(body))
-        except ValidationError:
-            continue
-    return loaded
+    """:func:`load_model` for several refs (a join's branches): those the artifact cache holds
+    from it, the others in ONE read. ref -> model, absent and unreadable ones left out."""
+    cache, wanted = cache_of(conn), {r for r in refs if r}
+    bodies = {ref: cached[1] for ref in wanted if (cached := cache.get(tenant_id, ref)) is not None}
+    missing = sorted(wanted - set(bodies))
+    for row in (await conn.execute(_ARTIFACTS, {"k_tenant": tenant_id, "k_refs": missing})) if missing else ():
+        bodies[row.ref] = bytes(row.body)
+        remember(conn, ArtifactRef(tenant_id=row.tenant_id, ref=row.ref, media_type=row.media_type, size=row.size,
+                                   created_at=row.created_at), bodies[row.ref])
+    parsed = ((ref, _parsed(body, model)) for ref, body in bodies.items())
+    return {ref: m for ref, m in parsed if m is not None}
+
+
+def _parsed(body: bytes, model: type[M]) -> M | None:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError:
+        return None
 
 
 async def store_json(

@@ -19,7 +19,7 @@ from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.messages import parse_message
 from ira.coordinator.workflow import plan_run
 from ira.core.alert import DecisionKind
-from ira.core.commit import EventDraft, RunCommit
+from ira.core.commit import EventDraft
 from ira.core.decision import DECISION_MESSAGE, IncidentDecision
 from ira.core.envelope import Envelope
 from ira.core.events import RunEventType
@@ -72,15 +72,15 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
             "evaluation_id": decision.evaluation_id, "reason": "the incident already has an open run"})], at=at)
         return open_run
     plan = plan_run(decision, config, now=at)
-    new_run = plan.new_run.model_copy(update={"traceparent": current_traceparent()})
-    run, _ = await runs.create_run(conn, new_run, at=at, key_checked=True)
+    started = EventDraft(type=RunEventType.RUN_STARTED,
+                         data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)})
+    run, _ = await runs.create_run(conn, plan.new_run.model_copy(update={
+        "traceparent": current_traceparent(), "state": RunState.RUNNING,
+        "events": (*plan.new_run.events, started)}), at=at, key_checked=True)
     await budget.open_account(conn, t, run.run_id, plan.root_budget)
     await budget.open_slices(conn, t, run.run_id, plan.slices, at=at)
     await timers.schedule_timer(conn, plan.deadline)
-    return await runs.commit(conn, RunCommit(
-        tenant_id=t, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
-        events=(EventDraft(type=RunEventType.RUN_STARTED,
-            data={"branch_deadline": plan.deadline.due_at.isoformat(), "branches": list(plan.slices)}),)), at=at)
+    return run
 
 
 async def open_run_for(conn: AsyncConnection, tenant_id: str, incident_id: str) -> Run | None:

@@ -108,3 +108,6 @@ class NewRun(Model):
     """A second NewRun with the same key returns the first run instead of creating another."""
     traceparent: str | None = None
     """The trace of the work that asked for the run (its alert's): the run's trace from now on."""
+    state: RunState = RunState.PENDING
+    """The state it is created in: RUNNING for a run whose plan starts at once (its first events
+    say so), which saves the PENDING -> RUNNING commit that would follow in the same transaction."""

@@ -13,9 +13,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import event
 
-from ira.coordinator import records
+from ira.coordinator import facts, records
 from ira.core.states import RunState, WaitKind
 from ira.runtime.store import runs
+from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
 from tests.coordinator.harness import build, decision, envelope
 
@@ -46,7 +47,7 @@ async def _to_approval(db: Database) -> tuple[list[str], str]:
         await pump.drain()
     await pump.close()
     async with db.reader() as conn:
-        [run_id] = [r.run_id for r in await _open_runs(conn)]
+        [(run_id,)] = await _open_runs(conn)
         run = await runs.get_run(conn, "acme", run_id)
         assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)
     return seen, run_id
@@ -93,7 +94,29 @@ async def test_a_first_ask_reads_no_approvals_and_a_first_join_no_review(db: Dat
     assert approval.payload_hash and approval.resource_version == 1
 
 
-async def test_the_joins_branch_results_are_read_in_one_statement(db: Database) -> None:
+async def test_branch_results_the_cache_lacks_are_read_in_one_statement(db: Database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Branch results another process wrote (so this one's artifact cache lacks them) come in one read."""
+    monkeypatch.setattr(facts, "cache_of", lambda conn: ArtifactCache())
     seen, _ = await _to_approval(db)
     batched = [s for s in reads(seen, "artifacts") if "artifacts.ref IN" in s]
     assert len(batched) == 2  # the join's branches; synthesize's accepted ones
+
+
+async def test_branch_results_the_cache_holds_are_not_read(db: Database) -> None:
+    seen, _ = await _to_approval(db)
+    assert [s for s in reads(seen, "artifacts") if "artifacts.ref IN" in s] == []
+
+
+async def test_a_run_is_created_running_without_a_second_write_of_its_row(db: Database) -> None:
+    pump, _ = build(db)
+    with statements(db) as seen:
+        await pump.decide(envelope(decision()))
+    await pump.close()
+    assert [s for s in seen if s.startswith("UPDATE runs")] == []
+    async with db.reader() as conn:
+        [(run_id,)] = await _open_runs(conn)
+        run = await runs.get_run(conn, "acme", run_id)
+        log = await runs.list_events(conn, "acme", run_id)
+    assert (run.state, run.state_version, run.last_seq) == (RunState.RUNNING, 1, 2)
+    assert [(e.run_seq, e.type) for e in log] == [(1, "RUN_CREATED"), (2, "RUN_STARTED")]
+    assert log[1].data["branches"] and log[1].data["branch_deadline"]

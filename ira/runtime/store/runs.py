@@ -59,7 +59,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
         tenant_id=new.tenant_id, task_id=new.task_id, kind=new.task_kind, subject_ref=new.subject_ref, created_at=at))
     values = {
         "tenant_id": new.tenant_id, "run_id": new.run_id, "task_id": new.task_id, "workflow": new.workflow,
-        "environment": new.environment, "state": RunState.PENDING, "wait_kind": None, "state_version": 1,
+        "environment": new.environment, "state": new.state, "wait_kind": None, "state_version": 1,
         "last_seq": len(new.events), "incident_id": new.incident_id, "contract": new.contract,
         "bindings": new.bindings, "outcome": None, "idempotency_key": new.idempotency_key,
         "created_at": at, "updated_at": at, "traceparent": new.traceparent,
