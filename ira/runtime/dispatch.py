@@ -91,12 +91,12 @@ class StepDispatcher:
         parent = runtrace.context_of(envelope.traceparent) if in_trace else None
         with runtrace.tracer().start_as_current_span("claim step", context=parent, kind=SpanKind.CLIENT, attributes={
                 "db.operation.name": "claim", "ira.run_id": run_id, "ira.step_id": step_id}) as span:
-            claim = await steps.claim_step(conn, tenant_id, run_id, step_id, owner=self.owner, lease=self.lease,
-                                           now=self.clock.now())
-            span.set_attribute("ira.claim.won", claim is not None)
-            if claim is None:
+            claimed = await steps.claim_step_as(conn, tenant_id, run_id, step_id, owner=self.owner,
+                                                lease=self.lease, now=self.clock.now())
+            span.set_attribute("ira.claim.won", claimed is not None)
+            if claimed is None:
                 return None
-            step = await steps.get_step(conn, tenant_id, run_id, step_id)
+            claim, step = claimed
             run = await runs.get_run(conn, tenant_id, run_id)
         return StepContext(claim=claim, step=step, run=run)
 

@@ -29,14 +29,8 @@ from ira.runtime import runtrace
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.steps import (
-    add_steps,
-    apply_step_changes,
-    check_fence,
-    end_attempt_in_commit,
-    insert_steps,
-    with_promotions,
-)
+from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, with_promotions
+from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_steps
 
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
 _RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
@@ -89,19 +83,19 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
 
 
 async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
-    if change.fence is not None:
-        await check_fence(conn, change.tenant_id, change.run_id, change.fence)
-    change = await with_promotions(conn, change, at=at)
-    row = await _bump_version(conn, change, at=at)
+    finishing = {c.step_id: c.state for c in change.steps}
+    rest = await apply_fenced(conn, change, at=at)  # the fence, and the fenced step's own changes
+    rest = await with_promotions(conn, rest, finishing, at=at)
+    row = await _bump_version(conn, rest, at=at)
     if row is None:
-        await _explain_refusal(conn, change)
+        await _explain_refusal(conn, rest)
     run = run_from_row(row)
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
-    await apply_step_changes(conn, change, at=at)
+    await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps, at=at)
     await end_attempt_in_commit(conn, change, at=at)
-    first_seq = run.last_seq - len(change.events) + 1
-    await _append_events(conn, change.tenant_id, change.run_id, change.events, first_seq=first_seq, at=at)
-    await enqueue(conn, runtrace.stamp(change.outbox, runtrace.parent_for(run.traceparent)), at=at)
+    first_seq = run.last_seq - len(rest.events) + 1
+    await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
+    await enqueue(conn, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
     return run
 
 

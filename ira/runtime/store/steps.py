@@ -1,4 +1,4 @@
-"""Steps: claims, leases and fencing (C3), and the step part of a run commit.
+"""Steps: claims, leases and fencing (C3); the step part of a run commit is step_changes.py.
 
 A claim is one conditional UPDATE: only a READY step whose lease is free or expired, or a
 RUNNING step whose owner's lease ran out, can be taken; taking it bumps ``owner_epoch``.
@@ -18,17 +18,14 @@ from sqlalchemy import and_, bindparam, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
-from ira.core.commit import EventDraft, Fence, NewRun, NewStep, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
-from ira.core.events import RunEventType
+from ira.core.commit import Fence, NewRun, NewStep, RunCommit
+from ira.core.errors import NotFoundError, StaleEpochError
 from ira.core.ids import new_id
-from ira.core.plan import newly_ready
 from ira.core.run import Claim, Step
-from ira.core.states import FINISHED_STEP_STATES, STEP_TRANSITIONS, RunState, StepState, check_step_transition
+from ira.core.states import RunState, StepState
 from ira.runtime.store.database import after_commit
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
-from ira.runtime.wakeup import step_wakeup
 
 #: Runs in these states accept new claims; WAITING/PAUSED/terminal runs hand out no work.
 CLAIMABLE_RUN_STATES = (RunState.PENDING, RunState.RUNNING)
@@ -96,7 +93,7 @@ def _claimable(now: Any):  # type: ignore[no-untyped-def]
 _CLAIM = (update(steps).where(_STEP_KEY, _claimable(bindparam("now")))
           .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease_until"),
                   owner_epoch=steps.c.owner_epoch + 1, state=StepState.RUNNING, updated_at=bindparam("now"))
-          .returning(steps.c.owner_epoch))
+          .returning(*steps.c))
 _HELD = and_(_STEP_KEY, steps.c.owner_epoch == bindparam("k_epoch"), steps.c.state == StepState.RUNNING)
 _HEARTBEAT = update(steps).where(_HELD).values(lease_until=bindparam("new_lease_until"), updated_at=bindparam("now"))
 _RELEASE = update(steps).where(_HELD).values(state=StepState.READY, owner=None, lease_until=None,
@@ -120,39 +117,30 @@ def _end_attempt_statement(with_usage: bool) -> Update:
                                   attempts.c.attempt_id == bindparam("k_attempt")).values(**values)
 
 
-@cache
-def _sources_of(target: StepState) -> list[StepState]:
-    return [s for s, nxt in STEP_TRANSITIONS.items() if target in nxt]
-
-
-@cache
-def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depends_on: bool) -> Update:
-    """The conditional UPDATE of one StepChange, one prebuilt statement per shape of change."""
-    values: dict[str, object] = {"state": bindparam("new_state"), "updated_at": bindparam("now")}
-    if with_result_ref:
-        values["result_ref"] = bindparam("new_result_ref")
-    if release_claim:
-        values.update(owner=None, lease_until=None)
-    if with_depends_on:
-        values["depends_on"] = bindparam("new_depends_on", type_=steps.c.depends_on.type)
-    return update(steps).where(_STEP_KEY, steps.c.state.in_(bindparam("sources", expanding=True))).values(**values)
-
-
 async def claim_step(
     conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str, *, owner: str, lease: timedelta, now: datetime
 ) -> Claim | None:
     """Take the step if it is free; None if someone holds it, it is finished, or the run is closed."""
+    claimed = await claim_step_as(conn, tenant_id, run_id, step_id, owner=owner, lease=lease, now=now)
+    return claimed[0] if claimed else None
+
+
+async def claim_step_as(
+    conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str, *, owner: str, lease: timedelta, now: datetime
+) -> tuple[Claim, Step] | None:
+    """``claim_step``, with the step as claimed: the claim's UPDATE returns its row."""
     lease_until = now + lease
-    epoch = (await conn.execute(_CLAIM, {**_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
-                                         "new_lease_until": lease_until})).scalar()
-    if epoch is None:
+    row = (await conn.execute(_CLAIM, {**_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
+                                       "new_lease_until": lease_until})).first()
+    if row is None:
         return None
     attempt_id = new_id("att")
     await conn.execute(_INSERT_ATTEMPT, {
         "tenant_id": tenant_id, "attempt_id": attempt_id, "run_id": run_id, "step_id": step_id, "owner": owner,
-        "owner_epoch": epoch, "started_at": now, "usage": {}})
-    return Claim(tenant_id=tenant_id, run_id=run_id, step_id=step_id, owner=owner, owner_epoch=int(epoch),
-                 lease_until=lease_until, attempt_id=attempt_id)
+        "owner_epoch": row.owner_epoch, "started_at": now, "usage": {}})
+    claim = Claim(tenant_id=tenant_id, run_id=run_id, step_id=step_id, owner=owner, owner_epoch=int(row.owner_epoch),
+                  lease_until=lease_until, attempt_id=attempt_id)
+    return claim, step_from_row(row)
 
 
 async def heartbeat(conn: AsyncConnection, claim: Claim, *, lease: timedelta, now: datetime) -> Claim:
@@ -248,52 +236,6 @@ async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence:
         raise NotFoundError(f"step {run_id}/{fence.step_id} not found")
     if epoch != fence.owner_epoch:
         raise StaleEpochError(f"step {run_id}/{fence.step_id} is at epoch {epoch}, writer has {fence.owner_epoch}")
-
-
-async def with_promotions(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> RunCommit:
-    """Add to ``change`` the BLOCKED steps it makes ready: state, event and wake-up, same commit.
-
-    Doing it inside the commit (not in a later message) means a READY step is always in SQL,
-    where the scanner can find it if its wake-up is lost.
-    """
-    finishing = {c.step_id: c.state for c in change.steps}
-    if not any(state in FINISHED_STEP_STATES for state in finishing.values()):
-        return change
-    plan = await list_steps(conn, change.tenant_id, change.run_id)
-    ready = newly_ready(plan, finishing)
-    if not ready:
-        return change
-    environment = (await conn.execute(_SELECT_ENVIRONMENT, {"k_tenant": change.tenant_id, "k_run": change.run_id})
-                   ).scalar_one()
-    return change.model_copy(update={
-        "steps": (*change.steps, *(StepChange(step_id=s.step_id, state=StepState.READY) for s in ready)),
-        "events": (*change.events, *(EventDraft(type=RunEventType.STEP_READY,
-            data={"step_id": s.step_id}) for s in ready)),
-        "outbox": (*change.outbox, *(step_wakeup(change.tenant_id, change.run_id, s.step_id, kind=s.kind,
-                                                 environment=environment, at=at) for s in ready)),
-    })
-
-
-async def apply_step_changes(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> None:
-    for step_change in change.steps:
-        await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
-
-
-async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime) -> None:
-    """One conditional UPDATE; only a refusal reads the step, to raise the precise error."""
-    params: dict[str, object] = {**_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
-                                 "now": at, "sources": _sources_of(change.state)}
-    if change.result_ref is not None:
-        params["new_result_ref"] = change.result_ref
-    if change.depends_on is not None:
-        params["new_depends_on"] = list(change.depends_on)
-    statement = _step_change_statement(change.result_ref is not None, change.release_claim,
-                                       change.depends_on is not None)
-    result = await conn.execute(statement, params)
-    if result.rowcount != 1:
-        current = await get_step(conn, tenant_id, run_id, change.step_id)
-        check_step_transition(current.state, change.state)
-        raise ConcurrentUpdateError(f"step {run_id}/{change.step_id} changed concurrently")
 
 
 async def find_wakeable(conn: AsyncConnection, *, now: datetime, quiet: timedelta, limit: int) -> list[Step]:

@@ -1,0 +1,91 @@
+"""A fenced commit that finishes its own step checks the fence in that step's UPDATE: the same
+refusals, in the same order, as the separate epoch lock it replaces, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.errors import StaleEpochError
+from ira.core.events import RunEventType
+from ira.core.run import Claim
+from ira.core.states import RunState, StepState
+from ira.runtime.store import runs, steps
+from ira.runtime.store.database import Database
+from tests.contracts.test_artifact_cache import counting
+from tests.contracts.test_store import LEASE, T0, _claim, create, event_seqs
+
+
+def finishing(run_id: str, claim: Claim, *, version: int = 1, step_state: StepState | None = StepState.DONE
+              ) -> RunCommit:
+    changes = (StepChange(step_id="metrics", state=step_state),) if step_state else ()
+    return RunCommit(tenant_id="acme", run_id=run_id, expected_version=version,
+                     fence=Fence(step_id="metrics", owner_epoch=claim.owner_epoch), steps=changes,
+                     events=(EventDraft(type=RunEventType.BRANCH_FINISHED),))
+
+
+async def test_the_claim_returns_the_step_as_claimed(db: Database) -> None:
+    run = await create(db)
+    async with db.transaction() as conn:
+        claimed = await steps.claim_step_as(conn, "acme", run.run_id, "metrics", owner="w", lease=LEASE, now=T0)
+        assert claimed is not None
+        claim, step = claimed
+        assert step == await steps.get_step(conn, "acme", run.run_id, "metrics")
+    assert (step.state, step.owner, step.owner_epoch, claim.owner_epoch) == (StepState.RUNNING, "w", 1, 1)
+
+
+async def test_a_revoked_owner_cannot_finish_its_step_even_with_a_stale_version(db: Database) -> None:
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    async with db.transaction() as conn:
+        await steps.revoke_claim(conn, "acme", run.run_id, "metrics", now=T0)
+        await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
+                                          state=RunState.RUNNING), at=T0)
+    for commit in (finishing(run.run_id, claim, version=2), finishing(run.run_id, claim, version=1),
+                   finishing(run.run_id, claim, version=2, step_state=None)):
+        with pytest.raises(StaleEpochError):  # the fence is refused first, as it always was
+            async with db.transaction() as conn:
+                await runs.commit(conn, commit, at=T0)
+    async with db.reader() as conn:
+        step = await steps.get_step(conn, "acme", run.run_id, "metrics")
+    assert (step.state, step.owner_epoch) == (StepState.RUNNING, 2)
+    assert await event_seqs(db, run.run_id) == [1]
+
+
+async def test_a_fence_that_finishes_its_own_step_costs_no_read(db: Database) -> None:
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    with counting(db) as statements:
+        async with db.transaction() as conn:
+            await runs.commit(conn, finishing(run.run_id, claim), at=T0)
+    assert not [s for s in statements if s.lstrip().upper().startswith("SELECT steps.owner_epoch".upper())]
+    async with db.reader() as conn:
+        assert (await steps.get_step(conn, "acme", run.run_id, "metrics")).state == StepState.DONE
+
+
+async def _finish(db: Database, run_id: str, claim: Claim) -> bool:
+    try:
+        async with db.transaction() as conn:
+            await runs.commit(conn, finishing(run_id, claim), at=T0)
+        return True
+    except StaleEpochError:
+        return False
+
+
+async def test_a_takeover_racing_the_late_owners_commit_leaves_one_winner(db: Database) -> None:
+    for _ in range(5):
+        run = await create(db)
+        old = await _claim(db, run.run_id, "old", T0)
+        assert old is not None
+        finished, taken = await asyncio.gather(
+            _finish(db, run.run_id, old), _claim(db, run.run_id, "new", T0 + LEASE + timedelta(seconds=1)))
+        async with db.reader() as conn:
+            step = await steps.get_step(conn, "acme", run.run_id, "metrics")
+        assert finished != (taken is not None)
+        assert (step.state, step.owner_epoch) == ((StepState.DONE, 1) if finished else (StepState.RUNNING, 2))
+        assert await event_seqs(db, run.run_id) == ([1, 2, 3] if finished else [1])  # 3: the join made ready
