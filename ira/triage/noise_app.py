@@ -15,9 +15,11 @@ ending with a bucket is the sum of the last ``window/hop`` buckets (exactly faus
 window, read at its earliest window holding the event: the last ``window`` of event time), and
 it writes a verdict to Redis when a group is flapping or storming.
 
-No tables, so no changelog record per update: the state is rebuilt when the worker starts
-(:func:`rebuild`) by reading the events topic up to the offsets ``tally`` committed — what it
-had counted before it stopped, and nothing it will count again. That is what lets the producer
+No tables, so no changelog record per update: a partition's state is rebuilt when an
+assignment gives it to the worker (its start, or a rebalance after another worker stopped) by
+reading the events topic up to the offsets ``tally`` committed — what was counted before, and
+nothing it will count again — and dropped when a rebalance takes it away
+(:mod:`ira.triage.noise_rebuild`). That is what lets the producer
 batch: a faust table's recovery from its changelog reads back correctly on Tansu only with one
 record per produce request (``producer_max_batch_size=1``), which made every record a request
 of its own. The state is never the authority: triage enforces the cooldown in SQL whether or
@@ -31,7 +33,6 @@ enough for Tansu's slow group joins, and the web server off.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -51,6 +52,7 @@ from ira.core.model import Model
 from ira.runtime.settings.triage import TriageSettings
 from ira.triage.decide import NoiseVerdict
 from ira.triage.noise import RedisNoiseState, noise_verdict, tally_key
+from ira.triage.noise_rebuild import Ownership, rebuild, rebuild_key
 
 log = logging.getLogger(__name__)
 TAKE, TAKE_WITHIN = 1000, 0.2
@@ -163,6 +165,8 @@ class NoiseWindows:
     """events partition -> bucket -> offset of its first record there (what a rebuild must read from)"""
     next_offsets: dict[int, int] = field(default_factory=dict)
     """events partition -> the offset after the last record counted"""
+    partition_of: dict[str, int] = field(default_factory=dict)
+    """``tenant|group`` -> the events partition its records are on (the topic is keyed by group)"""
 
     @property
     def width(self) -> int:
@@ -193,6 +197,7 @@ class NoiseWindows:
         counts[1] += transitions
         if partition is not None and offset is not None:
             self.offsets.setdefault(partition, {}).setdefault(bucket, offset)
+            self.partition_of[group] = partition
         self._advance(bucket)
         window = [self.buckets[group].get(b) for b in range(bucket - self.width + 1, bucket + 1)]
         return Counted(tenant_id=tenant, group_key=key, added=len(alerts), alerts=sum(c[0] for c in window if c),
@@ -214,6 +219,26 @@ class NoiseWindows:
         horizon = (oldest + 1) * self.hop  # where the window of the latest bucket begins
         for alert in [a for a, (_, at) in self.last.items() if at < horizon]:
             del self.last[alert]
+
+    def partitions(self) -> set[int]:
+        """The events partitions some of this state came from."""
+        return set(self.next_offsets) | set(self.partition_of.values())
+
+    def forget(self, partitions: set[int]) -> None:
+        """Drop what came from ``partitions`` (another worker counts them now; if they come back,
+        they are rebuilt, :class:`~ira.triage.noise_rebuild.Ownership`)."""
+        groups = {group for group, partition in self.partition_of.items() if partition in partitions}
+        if not groups and not partitions & set(self.next_offsets):
+            return
+        for group in groups:
+            self.buckets.pop(group, None)
+            del self.partition_of[group]
+        prefixes = tuple(f"{group}|" for group in groups)
+        for alert in [a for a in self.last if a.startswith(prefixes)] if prefixes else []:
+            del self.last[alert]
+        for partition in partitions:
+            self.offsets.pop(partition, None)
+            self.next_offsets.pop(partition, None)
 
     def rebuild_from(self) -> dict[int, int]:
         """Per events partition, the offset a rebuild must read from to get this state back: the
@@ -245,6 +270,13 @@ def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings, w
     source = app.topic(config.source_topic, key_serializer="raw", value_serializer="raw")
     events = app.topic(config.events_topic, key_serializer="raw", value_serializer="raw", internal=True)
     verdicts = _Verdicts(config, settings)
+    ownership = Ownership(windows, lambda partitions: rebuild(config, windows, only=partitions))
+
+    @app.on_partitions_assigned.connect
+    def assigned(_app: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
+        """A rebalance: keep the state of the events partitions this worker holds now (faust's
+        assignment replaces the previous one)."""
+        ownership.assigned({tp.partition for tp in args[0] if tp.topic == config.events_topic})
 
     @app.agent(source)
     async def route(stream: Any) -> None:
@@ -257,6 +289,7 @@ def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings, w
     @app.agent(events)
     async def tally(stream: Any) -> None:
         async for batch in stream.take_events(TAKE, within=TAKE_WITHIN):
+            await ownership.ready()  # partitions gained in a rebalance: their state first
             counted = [windows.count(e.value, partition=e.message.partition, offset=e.message.offset) for e in batch]
             await verdicts.judge([c for c in counted if c is not None], rebuild_from=windows.rebuild_from())
 
@@ -300,68 +333,6 @@ class _Verdicts:
 
             self._redis = Redis.from_url(self._config.redis_url)
         return self._redis
-
-
-def rebuild_key(prefix: str, app_id: str) -> str:
-    """A Redis hash: per events partition, the offset :func:`rebuild` reads from (``tally`` keeps it)."""
-    return f"{prefix}triage:noise:rebuild-from:{app_id}"
-
-
-async def rebuild(config: NoiseWorkerConfig, windows: NoiseWindows, *, within: float = 120.0) -> int:
-    """Count into ``windows`` the events topic up to the offsets ``tally`` committed: the state it
-    had when it stopped (what it had not committed it counts again when it resumes, not twice).
-
-    Reads each partition from where ``tally`` last said its kept state begins
-    (:func:`rebuild_key`; Tansu answers no offsets by time), or from the beginning when Redis
-    does not say. Gives up after ``within`` seconds and starts with what it read (advisory
-    state). Returns the records counted.
-    """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    starts = await _rebuild_starts(config)
-
-    reader = AIOKafkaConsumer(bootstrap_servers=config.bootstrap, group_id=config.app_id, enable_auto_commit=False)
-    await reader.start()
-    try:
-        if config.events_topic not in await reader.topics():
-            return 0  # never asked for before it exists: the broker would create it with its own partition count
-        partitions = [TopicPartition(config.events_topic, p) for p in range(config.partitions)]
-        committed = {tp: await reader.committed(tp) or 0 for tp in partitions}
-        wanted = {tp for tp in partitions if committed[tp] > starts.get(tp.partition, 0)}
-        if not wanted:
-            return 0
-        reader.assign(list(wanted))
-        for tp in wanted:
-            reader.seek(tp, starts.get(tp.partition, 0))
-        counted, deadline = 0, asyncio.get_running_loop().time() + within
-        while wanted and asyncio.get_running_loop().time() < deadline:
-            for tp, records in (await reader.getmany(*wanted, timeout_ms=500)).items():
-                for record in records:
-                    if record.offset < committed[tp] and record.value is not None:
-                        windows.count(record.value, partition=tp.partition, offset=record.offset)
-                        counted += 1
-                if records and records[-1].offset + 1 >= committed[tp]:
-                    wanted.discard(tp)
-                    reader.pause(tp)
-        if wanted:
-            log.warning("noise state rebuilt only in part (%d records; %d partitions unfinished)", counted, len(wanted))
-        return counted
-    finally:
-        await reader.stop()
-
-
-async def _rebuild_starts(config: NoiseWorkerConfig) -> dict[int, int]:
-    from redis.asyncio import Redis
-    from redis.exceptions import RedisError
-
-    redis = Redis.from_url(config.redis_url)
-    try:
-        return {int(p): int(o) for p, o in (await redis.hgetall(rebuild_key(config.key_prefix, config.app_id))).items()}
-    except (RedisError, OSError, ValueError) as exc:
-        log.warning("no rebuild offsets (%r): the noise state is rebuilt from the beginning", exc)
-        return {}
-    finally:
-        await redis.aclose()
 
 
 def config_from_stdin(raw: str) -> NoiseWorkerConfig:

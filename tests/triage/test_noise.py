@@ -25,8 +25,9 @@ from ira.runtime.bus.producer import BusProducer
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.runtime.store.database import Database
 from ira.triage.noise import RedisNoiseState, tally_key, verdict_key
-from ira.triage.noise_app import NoiseWorkerConfig, rebuild_key
+from ira.triage.noise_app import NoiseWorkerConfig
 from ira.triage.noise_process import NoiseWorkerProcess
+from ira.triage.noise_rebuild import rebuild_key
 from tests.eventually import eventually
 from tests.kafka_fixtures import TEST_PARTITIONS
 from tests.triage.builders import alert, resolved

@@ -9,7 +9,8 @@ import pytest
 from ira.core.alert import AlertStatus
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.triage.noise import noise_verdict, verdict_key
-from ira.triage.noise_app import NoiseEvent, NoiseWindows, is_transition, noise_event, routed
+from ira.triage.noise_app import Counted, NoiseEvent, NoiseWindows, is_transition, noise_event, routed
+from ira.triage.noise_rebuild import Ownership
 from tests.triage.builders import T0, alert, change, envelope
 
 NOISE = NoiseSettings(window=timedelta(minutes=5), hop=timedelta(minutes=1), flapping_transitions=6, storm_alerts=50)
@@ -131,3 +132,39 @@ def test_a_rebuild_reads_from_the_first_record_of_a_bucket_still_kept() -> None:
     assert state.rebuild_from() == {0: 2, 1: 1}  # partition 0: the record of bucket 11, not the one of 10
     state.count(routed([event("e", "firing", 300.0)], hop=10.0)[0][1], partition=1, offset=4)
     assert state.rebuild_from() == {0: 3, 1: 4}  # nothing kept on partition 0: after its last record
+
+
+def counted_on(state: NoiseWindows, partition: int, offset: int, events: list[NoiseEvent]) -> Counted | None:
+    """Count ``events`` as one events-topic record at ``offset`` of ``partition``."""
+    return state.count(routed(events, hop=10.0)[0][1], partition=partition, offset=offset)
+
+
+async def test_a_rebalance_drops_the_partitions_taken_away_and_rebuilds_those_gained_before_counting() -> None:
+    # Given an events topic holding g1's record on partition 0 and g2's on partition 1, 4 transitions each
+    topic = {0: flips("a", 100.0, 5), 1: [event("b", s, 100.0 + i, group="g2")
+                                          for i, s in enumerate(["firing", "resolved"] * 2 + ["firing"])]}
+    state, rebuilt = windows(), []
+
+    async def rebuild(partitions: set[int]) -> int:  # what noise_rebuild.rebuild does: count them again
+        rebuilt.append(sorted(partitions))
+        for partition in partitions:
+            counted_on(state, partition, 0, topic[partition])
+        return len(partitions)
+
+    owner = Ownership(state, rebuild)
+    owner.assigned({0, 1})
+    await owner.ready()  # the start: both partitions read
+    assert rebuilt == [[0, 1]] and set(state.buckets) == {"acme|g1", "acme|g2"}
+    # When a rebalance takes partition 1 away (another worker counts g2 now)
+    owner.assigned({0})
+    await owner.ready()
+    # Then g2's counts and last states are gone, g1's are kept
+    assert set(state.buckets) == {"acme|g1"} and all(a.startswith("acme|g1|") for a in state.last)
+    assert state.partitions() == {0} and rebuilt == [[0, 1]]
+    # And when partition 1 comes back (that worker stopped), it is rebuilt before the next count:
+    # one more flap of b is the fifth transition, not the first
+    owner.assigned({0, 1})
+    await owner.ready()
+    after = counted_on(state, 1, 1, [event("b", "resolved", 107.0, group="g2")])
+    assert rebuilt == [[0, 1], [1]]
+    assert after is not None and (after.transitions, after.alerts) == (5, 6)
