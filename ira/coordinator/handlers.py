@@ -27,6 +27,7 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.ending import end_run
 from ira.coordinator.facts import (
     charge_step,
+    claimed_run,
     fence,
     has_event,
     load_model,
@@ -55,7 +56,7 @@ from ira.coordinator.workflow import (
 )
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import BudgetExhaustedError, DomainError
+from ira.core.errors import BudgetExhaustedError, ConcurrentUpdateError, DomainError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchResult
@@ -80,8 +81,9 @@ class JoinSummary(Model):
 
 def step_handlers(deps: Deps) -> Mapping[str, StepHandler]:
     """The StepDispatcher's handlers for the coordinator's step kinds."""
-    flows: dict[str, Flow] = {JOIN: join, SYNTHESIZE: synthesize, APPROVE_TICKET: approve_ticket,
-                              CREATE_TICKET: ticket.create_ticket, COMPLETE: complete}
+    flows: dict[str, Flow] = {JOIN: _optimistic(join), SYNTHESIZE: _optimistic(synthesize),
+                              APPROVE_TICKET: _optimistic(approve_ticket), CREATE_TICKET: ticket.create_ticket,
+                              COMPLETE: complete}
     return {kind: _guarded(deps, flow) for kind, flow in flows.items()}
 
 
@@ -97,6 +99,26 @@ def _guarded(deps: Deps, flow: Flow) -> StepHandler:
     return handle
 
 
+def _optimistic(flow: Callable[[Deps, StepContext, bool], Awaitable[None]]) -> Flow:
+    """A one-transaction flow tried first with the run as its claim read it (``claimed_run``:
+    no read where writers are serialized) and, if its commit's compare-and-set finds that the run
+    moved since, once more with the run read under lock. Only for flows with no effect outside
+    their transaction, so the first try leaves nothing behind."""
+
+    async def run(deps: Deps, ctx: StepContext) -> None:
+        try:
+            await flow(deps, ctx, True)
+        except ConcurrentUpdateError:
+            await flow(deps, ctx, False)
+
+    return run
+
+
+async def _run_for(conn: AsyncConnection, ctx: StepContext, claimed: bool) -> Run:
+    c = ctx.claim
+    return await claimed_run(conn, ctx.run) if claimed else await lock_run(conn, c.tenant_id, c.run_id)
+
+
 async def _exhausted(deps: Deps, ctx: StepContext, exc: BudgetExhaustedError) -> None:
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
@@ -107,10 +129,10 @@ async def _exhausted(deps: Deps, ctx: StepContext, exc: BudgetExhaustedError) ->
                       detail={"dimension": exc.dimension, "step_id": ctx.claim.step_id})
 
 
-async def join(deps: Deps, ctx: StepContext) -> None:
+async def join(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
+        run = await _run_for(conn, ctx, claimed)
         branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
         results = await load_models(conn, c.tenant_id, (s.result_ref for s in branches), model=BranchResult)
         outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
@@ -161,11 +183,11 @@ async def _ask_for_review(
         steps=(StepChange(step_id=JOIN, state=StepState.WAITING),), events=events), at=now)
 
 
-async def synthesize(deps: Deps, ctx: StepContext) -> None:
+async def synthesize(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """The report (facts apart from hypotheses) and the first version of the ticket draft."""
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
+        run = await _run_for(conn, ctx, claimed)
         report = await _report(conn, run)
         report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
         previous = await records.current_draft(conn, c.tenant_id, c.run_id)
@@ -202,14 +224,14 @@ async def _report(conn: AsyncConnection, run: Run) -> Report:
     return compose_report(run_id=run.run_id, bindings=run.bindings, accepted=accepted, missing=missing)
 
 
-async def approve_ticket(deps: Deps, ctx: StepContext) -> None:
+async def approve_ticket(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """Ask policy about create_ticket: ``ask`` waits for a person, ``deny`` ends the run.
 
     After an approval the step is claimed again (new epoch) and finishes only if the approval
     still binds the current draft and incident version; otherwise it asks again."""
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
+        run = await _run_for(conn, ctx, claimed)
         answer = judge_action(run.contract, CREATE_TICKET_ACTION)
         await charge_step(conn, c, config=deps.config, at=now)
         if answer == PolicyAnswer.DENY:

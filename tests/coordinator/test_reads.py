@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from sqlalchemy import event
 
 from ira.coordinator import facts, records
-from ira.core.states import RunState, WaitKind
-from ira.runtime.store import runs
+from ira.core.commit import EventDraft, RunCommit
+from ira.core.events import RunEventType
+from ira.core.states import RunState, StepState, WaitKind
+from ira.runtime.store import runs, steps
 from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
-from tests.coordinator.harness import build, decision, envelope
+from tests.coordinator.harness import T0, build, decision, envelope
 
 
 @contextmanager
@@ -120,3 +122,41 @@ async def test_a_run_is_created_running_without_a_second_write_of_its_row(db: Da
     assert (run.state, run.state_version, run.last_seq) == (RunState.RUNNING, 1, 2)
     assert [(e.run_seq, e.type) for e in log] == [(1, "RUN_CREATED"), (2, "RUN_STARTED")]
     assert log[1].data["branches"] and log[1].data["branch_deadline"]
+
+
+async def test_steps_decide_on_the_run_their_claim_read_where_writers_are_serialized(db: Database) -> None:
+    """On SQLite (one writer at a time) join, synthesize and approve_ticket read no run row
+    besides their claims' (the commit's compare-and-set still guards it); on PostgreSQL each
+    locks it, so concurrent writers queue."""
+    seen, _ = await _to_approval(db)
+    run_reads = [s for s in reads(seen, "runs") if s.startswith("SELECT runs.tenant_id, runs.run_id")]
+    claims = [s for s in seen if s.startswith("UPDATE steps SET") and "owner_epoch=(steps.owner_epoch" in s]
+    # besides the claims: the decision's (by key and incident) and each scripted branch's (3, locking as agents do)
+    by_steps = len(run_reads) - len(claims) - 1 - 3
+    assert by_steps == (0 if db.engine.dialect.name == "sqlite" else 3)
+
+
+async def test_a_step_whose_run_moved_after_its_claim_still_finishes_in_its_attempt(db: Database) -> None:
+    pump, _ = build(db)
+    pump.held.add("synthesize")
+    await pump.decide(envelope(decision()))
+    await pump.drain()
+    [wakeup] = pump.parked
+    coordinator = pump.dispatchers[0]
+    async with db.transaction() as conn:
+        ctx = await coordinator.claim_in(conn, wakeup)
+    assert ctx is not None
+    async with db.transaction() as conn:  # another writer moves the run between claim and handler
+        moved = EventDraft(type=RunEventType.INCIDENT_UPDATED, data={"substantive": False})
+        await runs.commit(conn, RunCommit(tenant_id="acme", run_id=ctx.run.run_id,
+                                          expected_version=ctx.run.state_version, events=(moved,)), at=T0)
+    await coordinator.run_claimed(ctx)
+    pump.parked.clear()
+    pump.held.clear()
+    await pump.drain()
+    await pump.close()
+    async with db.reader() as conn:
+        step = await steps.get_step(conn, "acme", ctx.run.run_id, "synthesize")
+        run = await runs.get_run(conn, "acme", ctx.run.run_id)
+    assert (step.state, step.owner_epoch) == (StepState.DONE, ctx.claim.owner_epoch)
+    assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)
