@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -32,16 +33,21 @@ def _model(row: Any) -> Operation:
 
 
 async def record_intent(conn: AsyncConnection, op: Operation) -> Operation:
-    """C4, first half: the intent with its stable key; the same key again returns the first."""
-    try:
-        async with conn.begin_nested():
-            await conn.execute(insert(operations).values(**op.model_dump(), deadline_at=None))
-    except IntegrityError:
-        existing = await find_by_key(conn, op.tenant_id, op.idempotency_key)
-        if existing is None:
-            raise
-        return existing
-    return op
+    """C4, first half: the intent with its stable key; the same key again returns the first.
+    One statement (``ON CONFLICT DO NOTHING RETURNING``), no savepoint: a conflict is read, not caught."""
+    written = (await conn.execute(_INSERT_INTENT[conn.dialect.name == "postgresql"],
+                                  {**op.model_dump(), "deadline_at": None})).first()
+    if written is not None:
+        return op
+    existing = await find_by_key(conn, op.tenant_id, op.idempotency_key)
+    if existing is None:  # the conflict was on the operation id: a programming error, not a twin
+        raise IntegrityError("INSERT INTO operations", None, ValueError(f"operation {op.operation_id} exists"))
+    return existing
+
+
+_INSERT_INTENT = {postgres: (postgresql if postgres else sqlite).insert(operations).on_conflict_do_nothing()
+                  .returning(_op.operation_id) for postgres in (False, True)}
+"""Built once per dialect (False: SQLite)."""
 
 
 async def find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Operation | None:

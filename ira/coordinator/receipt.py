@@ -2,8 +2,9 @@
 
 A receipt is recorded whoever observes it and whatever the run's state (a ticket that
 appeared after a cancel is still the truth). The owner of ``create_ticket`` records it and
-finishes its step in ONE transaction (:func:`confirm_and_finish`): the fenced finish runs in
-a savepoint, so a stale owner still leaves the fact behind and only its finish is refused.
+finishes its step in ONE transaction (:func:`confirm_and_finish`); if the fenced finish is
+refused (a stale owner), that transaction rolls back and the receipt is recorded alone, so
+the fact is never lost with the refusal (no savepoint on the way that succeeds).
 """
 
 from __future__ import annotations
@@ -104,24 +105,30 @@ async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ti
                              adopted: bool) -> None:
     """C5 and the step's end in one transaction. ``ticket``: the one this owner created or
     adopted; None: the Operation was confirmed before, and is looked up for the step's result.
-    A refused finish (stale epoch, run moved on) is raised once the receipt has committed."""
-    now = deps.clock.now()
+    A refused finish (stale epoch, run moved on) rolls the transaction back; the receipt is then
+    recorded on its own (:func:`record_receipt`) before the refusal is raised."""
     if ticket is None:
         ticket = await deps.tickets.find_by_key(claim.tenant_id, op.idempotency_key)
-    refused: Exception | None = None
+    try:
+        await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted)
+    except (ConcurrentUpdateError, IllegalTransitionError):
+        if ticket is not None:
+            await record_receipt(deps, op, ticket, adopted=adopted, epoch=claim.owner_epoch)
+        raise
+
+
+async def _confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
+                              adopted: bool) -> None:
+    now = deps.clock.now()
     async with deps.db.transaction() as conn:
         run = await lock_run(conn, claim.tenant_id, claim.run_id)
-        confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=claim.owner_epoch,
-                                  config=deps.config, at=now) if ticket is not None else \
-            Confirmed(operation=await operations.get_operation(conn, op.tenant_id, op.operation_id), receipt_ref=None)
-        try:
-            async with conn.begin_nested():  # refusals are raised before the commit writes its outbox
-                await runs.commit(conn, _finished(claim, run, confirmed), at=now)
-        except (ConcurrentUpdateError, IllegalTransitionError) as exc:
-            refused = exc
-            await confirmed.tell(conn, run, at=now)
-    if refused is not None:
-        raise refused
+        if ticket is None:
+            confirmed = Confirmed(operation=await operations.get_operation(conn, op.tenant_id, op.operation_id),
+                                  receipt_ref=None)
+        else:
+            confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=claim.owner_epoch,
+                                      config=deps.config, at=now)
+        await runs.commit(conn, _finished(claim, run, confirmed), at=now)
 
 
 def _finished(claim: Claim, run: Run, confirmed: Confirmed) -> RunCommit:

@@ -7,8 +7,8 @@
    then the Operation moves to SUBMITTED. Only after that commit may a byte go to the ticket
    system. An intent that may not be sent (held, refused) commits without the permit.
 3. Send with the key and the claim's epoch; C5, in one transaction: the receipt is stored as
-   evidence, the Operation becomes CONFIRMED_SUCCESS, and the step is finished (fenced, in a
-   savepoint: a stale owner's receipt still stands).
+   evidence, the Operation becomes CONFIRMED_SUCCESS, and the step is finished (fenced; a
+   stale owner's finish is refused and its receipt recorded alone).
 
 A new owner that finds the Operation SUBMITTED (receipt lost, worker killed) never sends
 first: it raises the ticket system's write barrier to its own epoch and looks the ticket

@@ -2,8 +2,8 @@
 ticket, and what a stale owner still leaves behind.
 
 ``create_ticket`` commits the intent together with its SUBMITTED permit (nothing is written
-between them and the send), and the receipt together with the step's end; the fenced finish
-runs in a savepoint, so an owner whose claim was revoked meanwhile still records the receipt.
+between them and the send), and the receipt together with the step's end; an owner whose claim
+was revoked meanwhile has its finish refused and still records the receipt.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
@@ -22,6 +23,7 @@ from ira.coordinator.handlers import step_handlers
 from ira.coordinator.intake import open_run_for
 from ira.core.clock import FrozenClock
 from ira.core.delivery import NotificationKind
+from ira.core.operation import Operation
 from ira.core.ports import TicketSystem
 from ira.core.states import OperationFact, RunState, StepState
 from ira.core.ticket import Ticket, TicketRequest
@@ -154,3 +156,31 @@ async def test_an_owner_whose_claim_was_revoked_still_records_its_receipt(db: Da
     assert step.state == StepState.SKIPPED and "TICKET_CREATED" not in [e.type for e in log]
     assert [e.run_seq for e in log] == list(range(1, len(log) + 1))
     assert NotificationKind.TICKET_CREATED in [d.payload["kind"] for d in pump.deliveries]
+
+
+async def test_a_second_intent_with_the_same_key_returns_the_first_in_one_statement(db: Database) -> None:
+    # Given a run and an intent recorded for its draft
+    pump, _, _, _, run_id, _ = await waiting_for_approval(db)
+    await pump.close()
+    first = Operation(operation_id="op_first", tenant_id="acme", run_id=run_id, step_id="create_ticket",
+                      kind="create_ticket", idempotency_key="sha256:k", payload_hash="sha256:draft",
+                      fact_state=OperationFact.INTENT_RECORDED, owner_epoch=1, created_at=T0, updated_at=T0)
+    statements: list[str] = []
+
+    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    async with db.transaction() as conn:
+        assert await operations.record_intent(conn, first) == first
+        # When another owner records the same intent (same key) in a transaction that goes on
+        event.listen(db.engine.sync_engine, "before_cursor_execute", note)
+        try:
+            again = await operations.record_intent(conn, first.model_copy(update={"operation_id": "op_twin",
+                                                                                  "owner_epoch": 2}))
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", note)
+        after = await operations.get_operation(conn, "acme", "op_first")
+    # Then it gets the first back, with no savepoint spent on the conflict, and the transaction is intact
+    assert (again.operation_id, again.owner_epoch, after.operation_id) == ("op_first", 1, "op_first")
+    assert not [s for s in statements if "SAVEPOINT" in s.upper()]
+    assert len(statements) == 2  # the conflicting insert and the read of the first

@@ -99,17 +99,27 @@ class BuiltinTicketSystem:
 async def _advance_barrier(conn: AsyncConnection, tenant_id: str, namespace: str, *, epoch: int) -> None:
     """Move the barrier up to ``epoch``; StaleEpochError if it already stands higher.
 
-    The conditional UPDATE is the atomic check-and-set: under PostgreSQL it takes the row
+    The conditional upsert is the atomic check-and-set: under PostgreSQL it takes the row
     lock, so a create and a barrier raise on one namespace are serialized.
     """
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    await conn.execute(dialect.insert(ticket_barriers).values(tenant_id=tenant_id, namespace=namespace, epoch=epoch)
-                       .on_conflict_do_nothing())
-    moved = await conn.execute(update(ticket_barriers).where(
-        ticket_barriers.c.tenant_id == tenant_id, ticket_barriers.c.namespace == namespace,
-        ticket_barriers.c.epoch <= epoch).values(epoch=epoch))
-    if moved.rowcount != 1:
+    moved = await conn.execute(_ADVANCE_BARRIER[conn.dialect.name == "postgresql"],
+                               {"tenant_id": tenant_id, "namespace": namespace, "epoch": epoch})
+    if moved.first() is None:
         raise StaleEpochError(f"{SYSTEM} tickets: namespace {namespace} is fenced above epoch {epoch}")
+
+
+def _advance_statement(dialect: Any) -> Any:
+    """One upsert: a new namespace's barrier is inserted at ``epoch``; an existing one moves up to
+    it only from at or below it (the update's WHERE); RETURNING says whether a row stands at it."""
+    statement = dialect.insert(ticket_barriers)
+    return statement.on_conflict_do_update(
+        index_elements=[ticket_barriers.c.tenant_id, ticket_barriers.c.namespace],
+        set_={"epoch": statement.excluded.epoch}, where=ticket_barriers.c.epoch <= statement.excluded.epoch,
+    ).returning(ticket_barriers.c.epoch)
+
+
+_ADVANCE_BARRIER = {postgres: _advance_statement(postgresql if postgres else sqlite) for postgres in (False, True)}
+"""Built once per dialect (False: SQLite)."""
 
 
 async def _next_number(conn: AsyncConnection, tenant_id: str) -> int:
