@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.agents.model import ModelCall, Observation, Turn
@@ -61,21 +61,27 @@ async def store_observation(
 async def insert_turn(
     conn: AsyncConnection, claim: Claim, turn: Turn, *, observation_ref: str | None, at: datetime
 ) -> None:
-    """Write the turn once; a second writer of the same turn lost the step (StaleEpochError)."""
+    """Write the turn once; a second writer of the same turn lost the step (StaleEpochError).
+
+    ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` finds the second writer without a database
+    error, so without a savepoint around it.
+    """
     call = turn.model_call
     proposal = turn.decision.model_dump(mode="json") | (_call_extras(call) if call else {})
-    try:
-        async with conn.begin_nested():
-            await conn.execute(insert(agent_turns).values(
-                tenant_id=claim.tenant_id, run_id=claim.run_id, step_id=claim.step_id, turn=turn.turn,
-                attempt_id=claim.attempt_id, owner_epoch=claim.owner_epoch, proposal=proposal,
-                observation_ref=observation_ref, model=call.model if call else None,
-                prompt_hash=call.prompt_hash if call else None, input_tokens=call.input_tokens if call else 0,
-                output_tokens=call.output_tokens if call else 0, cost_micros=call.cost_micros if call else 0,
-                created_at=at))
-    except IntegrityError as exc:
-        raise StaleEpochError(f"turn {turn.turn} of {claim.run_id}/{claim.step_id} was committed by another owner") \
-            from exc
+    inserted = (await conn.execute(_INSERT_TURN[conn.dialect.name == "postgresql"], {
+        "tenant_id": claim.tenant_id, "run_id": claim.run_id, "step_id": claim.step_id, "turn": turn.turn,
+        "attempt_id": claim.attempt_id, "owner_epoch": claim.owner_epoch, "proposal": proposal,
+        "observation_ref": observation_ref, "model": call.model if call else None,
+        "prompt_hash": call.prompt_hash if call else None, "input_tokens": call.input_tokens if call else 0,
+        "output_tokens": call.output_tokens if call else 0, "cost_micros": call.cost_micros if call else 0,
+        "created_at": at})).first()
+    if inserted is None:
+        raise StaleEpochError(f"turn {turn.turn} of {claim.run_id}/{claim.step_id} was committed by another owner")
+
+
+_INSERT_TURN = {pg: (postgresql if pg else sqlite).insert(agent_turns).on_conflict_do_nothing()
+                .returning(_t.turn) for pg in (False, True)}
+"""``insert_turn``'s statement per dialect (False: SQLite), built once."""
 
 
 def _call_extras(call: ModelCall) -> dict[str, object]:

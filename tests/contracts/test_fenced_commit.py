@@ -4,11 +4,13 @@ refusals, in the same order, as the separate epoch lock it replaces, on every ba
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, OutboxMessage, RunCommit, StepChange
 from ira.core.errors import StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.run import Claim
@@ -89,3 +91,36 @@ async def test_a_takeover_racing_the_late_owners_commit_leaves_one_winner(db: Da
         assert finished != (taken is not None)
         assert (step.state, step.owner_epoch) == ((StepState.DONE, 1) if finished else (StepState.RUNNING, 2))
         assert await event_seqs(db, run.run_id) == ([1, 2, 3] if finished else [1])  # 3: the join made ready
+
+
+class _RunReader:
+    """A listener that takes every wake-up and reads the run while its transaction writes it."""
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.seen = db, []  # type: ignore[var-annotated]
+
+    def take(self, message: OutboxMessage) -> str | None:
+        return "reader"
+
+    async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
+        with counting(self.db) as statements:
+            run = await runs.get_run(conn, message.envelope.tenant_id, message.envelope.payload["run_id"])
+        self.seen.append((run, statements))
+
+    def committed(self, messages: Sequence[OutboxMessage]) -> None: ...
+
+    def abandoned(self, messages: Sequence[OutboxMessage]) -> None: ...
+
+
+async def test_a_listener_reads_the_run_its_commit_wrote_without_a_statement(db: Database) -> None:
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    reader = _RunReader(db)
+    with db.listening(reader):
+        async with db.transaction() as conn:
+            committed = await runs.commit(conn, finishing(run.run_id, claim), at=T0)  # readies the join
+    async with db.reader() as conn:
+        stored = await runs.get_run(conn, "acme", run.run_id)
+    assert [(seen, statements) for seen, statements in reader.seen] == [(committed, [])]
+    assert committed == stored and committed.last_seq == 3

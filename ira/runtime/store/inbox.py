@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import DuplicateMessageError
@@ -21,13 +20,16 @@ async def record_inbox(
 ) -> None:
     """Remember ``message_id`` for ``consumer``; raise DuplicateMessageError if it is known.
 
-    A savepoint keeps the surrounding transaction usable after the unique violation (needed
-    on PostgreSQL, where an error aborts the whole transaction).
+    ``INSERT .. ON CONFLICT DO NOTHING RETURNING``: a known message inserts nothing and raises
+    no database error, so the surrounding transaction stays usable without a savepoint (an
+    error would abort the whole transaction on PostgreSQL).
     """
-    try:
-        async with conn.begin_nested():
-            await conn.execute(
-                insert(inbox).values(tenant_id=tenant_id, consumer=consumer, message_id=message_id, received_at=at)
-            )
-    except IntegrityError as exc:
-        raise DuplicateMessageError(f"{consumer} already applied {message_id}") from exc
+    result = await conn.execute(_INSERT[conn.dialect.name == "postgresql"], {
+        "tenant_id": tenant_id, "consumer": consumer, "message_id": message_id, "received_at": at})
+    if result.first() is None:
+        raise DuplicateMessageError(f"{consumer} already applied {message_id}")
+
+
+_INSERT = {pg: (postgresql if pg else sqlite).insert(inbox).on_conflict_do_nothing().returning(inbox.c.message_id)
+           for pg in (False, True)}
+"""``record_inbox``'s statement per dialect (False: SQLite), built once."""

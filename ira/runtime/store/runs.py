@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
-from ira.core.commit import EventDraft, NewRun, RunCommit
+from ira.core.commit import EventDraft, NewRun, OutboxMessage, RunCommit
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
@@ -36,6 +36,7 @@ from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_ste
 _RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
 _SELECT_RUN = select(runs).where(_RUN_KEY)
 _INSERT_EVENTS = insert(events)
+_ENQUEUED_RUN = "ira_enqueued_run"
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_checked: bool = False
@@ -64,8 +65,9 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
         raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
     await insert_steps(conn, new, at=at)
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
-    await enqueue(conn, runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent()), at=at)
-    return Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"}), True
+    run = Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"})
+    await _enqueue_as(conn, run, runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent()), at=at)
+    return run, True
 
 
 async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
@@ -95,8 +97,23 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     await end_attempt_in_commit(conn, change, at=at)
     first_seq = run.last_seq - len(rest.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
-    await enqueue(conn, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
+    await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
     return run
+
+
+async def _enqueue_as(conn: AsyncConnection, run: Run, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
+    """Write the outbox of a change whose result is ``run``; while the listeners act on it in
+    this transaction (the intake claims the steps it readied, ``StepDispatcher.claim_in``),
+    ``get_run`` of this run answers ``run`` instead of reading the row this change just wrote:
+    nothing writes the run row while the outbox is written."""
+    if not messages:
+        return
+    info = conn.info
+    info[_ENQUEUED_RUN] = run
+    try:
+        await enqueue(conn, messages, at=at)
+    finally:
+        info.pop(_ENQUEUED_RUN, None)
 
 
 @cache
@@ -176,6 +193,9 @@ async def _append_events(
 
 
 async def get_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
+    known: Run | None = conn.info.get(_ENQUEUED_RUN)
+    if known is not None and (known.tenant_id, known.run_id) == (tenant_id, run_id):
+        return known
     row = (await conn.execute(_SELECT_RUN, {"k_tenant": tenant_id, "k_run": run_id})).first()
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
