@@ -108,6 +108,8 @@ class Target:
     """Further processes whose CPU is the target's too (the ira dev tree: broker, Redis)."""
     pipeline: bool = False
     """The whole ira dev: measured until triage caught up (``measure_pipeline``)."""
+    home: str = ""
+    """ira dev's working directory (where ``bench/task_sampler.py`` writes)."""
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -245,23 +247,29 @@ def dev_tree(pid: int, data_dir: Path) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def ira_dev(tmp: Path) -> Iterator[Target]:
+def ira_dev(tmp: Path, *, sampled: bool = False) -> Iterator[Target]:
     """The whole ``ira dev`` (every role, embedded broker and Redis, SQLite), dev config with the
-    edge's rate limits raised; stopped with SIGINT (its drain), killed if that hangs."""
+    edge's rate limits raised; stopped with SIGINT (its drain), killed if that hangs. ``sampled``:
+    under ``bench/task_sampler.py`` (writes ``<tmp>/dev/task-samples.json`` on SIGUSR2)."""
     home = tmp / "dev"
     home.mkdir()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IRA_", "OTEL_"))}
     env.update(IRA_CONFIG=str(ira_config(home, "store")), IRA_DATA_DIR=str(home / "data"), IRA_HTTP_PORT=str(port))
     url = f"http://127.0.0.1:{port}"
+    command = [str(IRA), "dev"]
+    if sampled:
+        command = [sys.executable, "-m", "bench.task_sampler", "dev"]
+        env.update(BENCH_TASK_SAMPLES=str(home / "task-samples.json"),
+                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     with (home / "dev.log").open("ab") as out:
-        process = subprocess.Popen([str(IRA), "dev"], env=env, cwd=home, stdout=out,  # noqa: S603
+        process = subprocess.Popen(command, env=env, cwd=home, stdout=out,  # noqa: S603
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(f"{url}/readyz", process, home / "dev.log", timeout=120)
         yield Target("ira_dev", f"{url}/v1/sources/alertmanager/am", "webhook", process.pid,
                      ("Content-Type: application/json", f"Authorization: Bearer {AM_TOKEN}"),
-                     others=dev_tree(process.pid, home / "data"), pipeline=True)
+                     others=dev_tree(process.pid, home / "data"), pipeline=True, home=str(home))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGINT)
@@ -281,6 +289,8 @@ class Load:
     scenarios: tuple[tuple[str, int, int], ...] = SCENARIOS
     drain_limit: float | None = None
     """--pipeline: how long to wait for triage to catch up after wrk (None: 5x the run, at least 30 s)."""
+    sample_tasks: Path | None = None
+    """--pipeline: where each run's task samples go (``<stem>-<scenario>-<round>.json``), or None."""
 
     @property
     def seconds(self) -> int:
@@ -400,6 +410,8 @@ async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int,
     samples: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_backlog(target, samples, stop))
+    if load.sample_tasks:
+        os.kill(target.pid, signal.SIGUSR1)
     try:
         result = await run_wrk(target, load, per_request=per_request, dup_percent=dup_percent)
     finally:
@@ -410,6 +422,8 @@ async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int,
     limit = load.drain_limit if load.drain_limit is not None else max(30.0, load.seconds * 5)
     seconds_to_catch_up, drained = await caught_up(target, within=limit)
     cpu_drained = {pid: cpu - cpu_start[pid] for pid, cpu in cpu_of(target).items()}
+    if load.sample_tasks:
+        await task_samples(target, load.sample_tasks, name)
     seconds, requests = result["duration_us"] / 1e6, result["requests"]
     alerts = end.accepted - start.accepted + end.duplicates - start.duplicates  # alerts served, new or not
     return {
@@ -429,6 +443,28 @@ async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int,
         "triage_lag_at_end": end.triage_lag, "triage_lag_drained": drained.triage_lag,
         "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
     }
+
+
+async def task_samples(target: Target, path: Path, scenario: str) -> None:
+    """Stop ``bench/task_sampler.py``'s sampling (wrk's window and the drain) and keep its file
+    as ``<stem>-<scenario>-<n>.json``; a summary of the busiest tasks on stderr."""
+    written = Path(target.home) / "task-samples.json"
+    written.unlink(missing_ok=True)
+    os.kill(target.pid, signal.SIGUSR2)
+    for _ in range(100):
+        if written.exists():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        progress("task samples not written")
+        return
+    n = 1 + sum(1 for _ in path.parent.glob(f"{path.stem}-{scenario}-*.json"))
+    kept = path.with_name(f"{path.stem}-{scenario}-{n}.json")
+    shutil.move(written, kept)
+    report = json.loads(kept.read_text())
+    busy = sum(t["samples"] for t in report["tasks"] if t["task"] != "<idle>") or 1
+    progress(f"task samples in {kept}: " + ", ".join(f"{t['task']} {100 * t['samples'] / busy:.0f}%"
+                                                     for t in report["tasks"][:8] if t["task"] != "<idle>"))
 
 
 async def measure_reference(target: Target, load: Load, scenario: tuple[str, int, int]) -> dict[str, object]:
@@ -496,7 +532,7 @@ async def run_pipeline(load: Load, *, compare_alertmanager: bool) -> None:
             raise SystemExit(f"bench/ingest.py needs {tool}")
     with tempfile.TemporaryDirectory(prefix="ira-bench-pipeline-") as name, contextlib.ExitStack() as stack:
         tmp = Path(name)
-        targets = [stack.enter_context(ira_dev(tmp))]
+        targets = [stack.enter_context(ira_dev(tmp, sampled=load.sample_tasks is not None))]
         if compare_alertmanager:
             targets.append(stack.enter_context(alertmanager(tmp)))
         progress(f"cores {os.cpu_count()}, load {os.getloadavg()}; ira dev tree {targets[0].pids}; warming up")
@@ -555,6 +591,9 @@ def main() -> None:
                              "the run, at least 30); CPU per alert 'drained' counts until then")
     parser.add_argument("--ops", type=int, default=None,
                         help="smoke size: each run lasts about N/1000 s (wrk is time-boxed), overriding --duration")
+    parser.add_argument("--sample-tasks", type=Path, metavar="FILE",
+                        help="with --pipeline: sample ira dev's stacks per asyncio task during each run and its "
+                             "drain (bench/task_sampler.py); FILE-<scenario>-<n>.json each")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="an ira setting (YAML value), e.g. runtime.relay_batch_size=500; repeatable")
     args = parser.parse_args()
@@ -567,7 +606,8 @@ def main() -> None:
     picked = tuple(s for s in SCENARIOS if s[0] in chosen)
     if args.pipeline:
         asyncio.run(run_pipeline(Load(duration=args.duration, connections=args.connections, ops=args.ops,
-                                      rounds=rounds, scenarios=picked, drain_limit=args.drain_limit),
+                                      rounds=rounds, scenarios=picked, drain_limit=args.drain_limit,
+                                      sample_tasks=args.sample_tasks),
                                  compare_alertmanager=args.compare_alertmanager))
         return
     acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]

@@ -1,0 +1,96 @@
+"""``python -m bench.task_sampler dev``: the ``ira`` command with a stack sampler, for profiling.
+
+py-spy is not installed here, and cProfile misattributes time under SQLAlchemy's greenlets (its
+cumulative figures put idle pollers at a third of a drain). This samples every thread's stack
+from a thread of its own, and charges each sample of the event loop's thread to the asyncio
+task running at that moment (its name and coroutine: ``triage:ConsumerRunner.run``,
+``relay:RelayRole.run``, ``Task:RequestResponseCycle.run_asgi`` ...), greenlets or not.
+
+SIGUSR1 starts sampling (every ``SAMPLE_EVERY`` seconds), SIGUSR2 stops it and writes
+``$BENCH_TASK_SAMPLES`` (JSON: samples per task of the loop's thread, idle included, and each
+task's most frequent innermost frames). ``bench/ingest.py --pipeline --sample-tasks FILE``
+drives it around each run.
+
+Read the shares as rough: the sampler runs when the loop's thread lets go of the GIL, so a
+call that releases it (a SQLite statement or commit, a socket write, ``os.urandom``) is
+sampled at its start more often than its CPU time says. Compare tasks with each other and
+runs with runs, not a frame's share with its CPU time.
+"""
+
+from __future__ import annotations
+
+import asyncio.tasks
+import collections
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+SAMPLE_EVERY = 0.002
+_samples: collections.Counter[tuple[str, str]] = collections.Counter()
+_running = threading.Event()
+
+
+def _task_of_loop() -> str:
+    """The task running on the loop's thread now (``<loop>`` between tasks)."""
+    current: dict[Any, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+    task = next(iter(current.values()), None)  # one loop in an ira process
+    if task is None:
+        return "<loop>"
+    coro = task.get_coro()
+    return f"{task.get_name().split('-')[0]}:{getattr(coro, '__qualname__', '?')}"
+
+
+def _leaf(frame: FrameType | None, depth: int = 3) -> str:
+    names: list[str] = []
+    while frame is not None and len(names) < depth:
+        names.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return " < ".join(names)
+
+
+def _sample() -> None:
+    main = threading.main_thread().ident
+    while _running.is_set():
+        frame = sys._current_frames().get(main or 0)
+        leaf = _leaf(frame)
+        idle = leaf.startswith(("selectors.py:select", "base_events.py:_run_once"))
+        _samples[("<idle>" if idle else _task_of_loop(), leaf)] += 1
+        time.sleep(SAMPLE_EVERY)
+
+
+def _start(*_: Any) -> None:
+    _samples.clear()
+    _running.set()
+    threading.Thread(target=_sample, name="task-sampler", daemon=True).start()
+
+
+def _stop(*_: Any) -> None:
+    _running.clear()
+    tasks: collections.Counter[str] = collections.Counter()
+    frames: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for (task, leaf), count in _samples.items():
+        tasks[task] += count
+        frames[task][leaf] += count
+    report = {"samples": sum(tasks.values()), "every_s": SAMPLE_EVERY,
+              "tasks": [{"task": task, "samples": count, "top": frames[task].most_common(8)}
+                        for task, count in tasks.most_common()]}
+    with open(os.environ.get("BENCH_TASK_SAMPLES", "task-samples.json"), "w") as out:
+        json.dump(report, out, indent=1)
+
+
+def main() -> None:
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _stop)
+    from ira.runtime.cli import main as ira
+
+    sys.argv = ["ira", *sys.argv[1:]]
+    ira()
+
+
+if __name__ == "__main__":
+    main()
