@@ -38,11 +38,15 @@ async def lock_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
     """Read the run to decide on it and commit in this transaction: the row lock makes
     concurrent writers (three branches finishing at once, a cancel) queue instead of losing
     the compare-and-set on PostgreSQL; SQLite's single writer already serializes them."""
-    row = (await conn.execute(select(runs_table).where(
-        runs_table.c.tenant_id == tenant_id, runs_table.c.run_id == run_id).with_for_update())).first()
+    row = (await conn.execute(_LOCK_RUN, {"k_tenant": tenant_id, "k_run": run_id})).first()
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
     return run_from_row(row)
+
+
+_LOCK_RUN = select(runs_table).where(runs_table.c.tenant_id == bindparam("k_tenant"),
+                                     runs_table.c.run_id == bindparam("k_run")).with_for_update()
+"""Built once (see ira/runtime/store/steps.py on why hot statements are)."""
 
 
 async def claimed_run(conn: AsyncConnection, claimed: Run) -> Run:

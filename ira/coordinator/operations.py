@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,14 +51,12 @@ _INSERT_INTENT = {postgres: (postgresql if postgres else sqlite).insert(operatio
 
 
 async def find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Operation | None:
-    row = (await conn.execute(select(operations).where(_op.tenant_id == tenant_id,
-                                                       _op.idempotency_key == key))).first()
+    row = (await conn.execute(_BY_KEY, {"k_tenant": tenant_id, "k_key": key})).first()
     return _model(row) if row else None
 
 
 async def get_operation(conn: AsyncConnection, tenant_id: str, operation_id: str) -> Operation:
-    row = (await conn.execute(select(operations).where(_op.tenant_id == tenant_id,
-                                                       _op.operation_id == operation_id))).first()
+    row = (await conn.execute(_GET, {"k_tenant": tenant_id, "k_operation": operation_id})).first()
     if row is None:
         raise NotFoundError(f"operation {operation_id} not found")
     return _model(row)
@@ -66,16 +64,22 @@ async def get_operation(conn: AsyncConnection, tenant_id: str, operation_id: str
 
 async def for_step(conn: AsyncConnection, tenant_id: str, run_id: str, *, step_id: str) -> Operation | None:
     """The step's newest Operation (a run has one create_ticket Operation per draft)."""
-    row = (await conn.execute(select(operations).where(
-        _op.tenant_id == tenant_id, _op.run_id == run_id, _op.step_id == step_id)
-        .order_by(_op.created_at.desc()).limit(1))).first()
+    row = (await conn.execute(_FOR_STEP, {"k_tenant": tenant_id, "k_run": run_id, "k_step": step_id})).first()
     return _model(row) if row else None
 
 
 async def list_operations(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Operation]:
-    rows = await conn.execute(select(operations).where(_op.tenant_id == tenant_id, _op.run_id == run_id)
-                              .order_by(_op.created_at))
+    rows = await conn.execute(_OF_RUN, {"k_tenant": tenant_id, "k_run": run_id})
     return [_model(r) for r in rows]
+
+
+# Reads built once with bound parameters (see ira/runtime/store/steps.py on why).
+_TENANT = _op.tenant_id == bindparam("k_tenant")
+_BY_KEY = select(operations).where(_TENANT, _op.idempotency_key == bindparam("k_key"))
+_GET = select(operations).where(_TENANT, _op.operation_id == bindparam("k_operation"))
+_FOR_STEP = select(operations).where(_TENANT, _op.run_id == bindparam("k_run"), _op.step_id == bindparam("k_step")) \
+    .order_by(_op.created_at.desc()).limit(1)
+_OF_RUN = select(operations).where(_TENANT, _op.run_id == bindparam("k_run")).order_by(_op.created_at)
 
 
 async def move(

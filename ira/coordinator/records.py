@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.schema import ticket_drafts
@@ -21,6 +21,24 @@ from ira.core.states import ApprovalState, WorkItemState
 from ira.runtime.store.schema import approvals, deliveries, work_items
 
 _ap, _wi, _dr = approvals.c, work_items.c, ticket_drafts.c
+
+# The statements of the approval -> completed path, built once with bound parameters: building
+# and cache-keying a statement per call cost more CPU than running it (see runtime/store/steps.py).
+_GET_APPROVAL = select(approvals).where(_ap.tenant_id == bindparam("k_tenant"),
+                                        _ap.approval_id == bindparam("k_approval"))
+_LIST_APPROVALS = select(approvals).where(_ap.tenant_id == bindparam("k_tenant"), _ap.run_id == bindparam("k_run")) \
+    .order_by(_ap.created_at, _ap.approval_id)
+_SETTLE_APPROVAL = update(approvals).where(
+    _ap.tenant_id == bindparam("k_tenant"), _ap.approval_id == bindparam("k_approval"),
+    _ap.state.in_(bindparam("k_from", expanding=True)),
+).values(state=bindparam("v_state"), decided_by=bindparam("v_by"), decided_at=bindparam("v_at"),
+         reason=bindparam("v_reason"))
+_CLOSE_WORK_ITEMS = update(work_items).where(
+    _wi.tenant_id == bindparam("k_tenant"), _wi.run_id == bindparam("k_run"), _wi.kind == bindparam("k_kind"),
+    _wi.state == WorkItemState.OPEN).values(state=WorkItemState.CLOSED, closed_at=bindparam("v_at"))
+_CURRENT_DRAFT = select(ticket_drafts).where(_dr.tenant_id == bindparam("k_tenant"), _dr.run_id == bindparam("k_run")) \
+    .order_by(_dr.version.desc()).limit(1)
+_INSERT_DELIVERY = insert(deliveries)
 
 
 class DraftRecord(Model):
@@ -40,16 +58,14 @@ async def insert_approval(conn: AsyncConnection, approval: Approval) -> None:
 
 
 async def get_approval(conn: AsyncConnection, tenant_id: str, approval_id: str) -> Approval:
-    row = (await conn.execute(select(approvals).where(
-        _ap.tenant_id == tenant_id, _ap.approval_id == approval_id))).first()
+    row = (await conn.execute(_GET_APPROVAL, {"k_tenant": tenant_id, "k_approval": approval_id})).first()
     if row is None:
         raise NotFoundError(f"approval {approval_id} not found")
     return Approval.model_validate(dict(row._mapping))
 
 
 async def list_approvals(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Approval]:
-    rows = await conn.execute(select(approvals).where(_ap.tenant_id == tenant_id, _ap.run_id == run_id)
-                              .order_by(_ap.created_at, _ap.approval_id))
+    rows = await conn.execute(_LIST_APPROVALS, {"k_tenant": tenant_id, "k_run": run_id})
     return [Approval.model_validate(dict(r._mapping)) for r in rows]
 
 
@@ -58,9 +74,9 @@ async def settle_approval(
     by: str | None = None, reason: str | None = None, from_states: Sequence[ApprovalState] = (ApprovalState.PENDING,),
 ) -> bool:
     """Compare-and-set the approval's state; False if it was no longer in ``from_states``."""
-    result = await conn.execute(update(approvals).where(
-        _ap.tenant_id == approval.tenant_id, _ap.approval_id == approval.approval_id, _ap.state.in_(from_states),
-    ).values(state=state, decided_by=by, decided_at=at, reason=reason))
+    result = await conn.execute(_SETTLE_APPROVAL, {
+        "k_tenant": approval.tenant_id, "k_approval": approval.approval_id, "k_from": list(from_states),
+        "v_state": state, "v_by": by, "v_at": at, "v_reason": reason})
     return result.rowcount == 1
 
 
@@ -72,6 +88,10 @@ async def close_work_items(
     conn: AsyncConnection, tenant_id: str, run_id: str, *, kind: str, at: datetime, facts: dict[str, Any] | None = None,
 ) -> int:
     """Close the run's open items of ``kind`` (an approval decided, a run ended)."""
+    if facts is None:
+        result = await conn.execute(_CLOSE_WORK_ITEMS, {"k_tenant": tenant_id, "k_run": run_id, "k_kind": kind,
+                                                        "v_at": at})
+        return result.rowcount
     values: dict[str, Any] = {"state": WorkItemState.CLOSED, "closed_at": at}
     if facts is not None:
         values["facts"] = facts
@@ -112,8 +132,7 @@ async def add_draft(
 
 
 async def current_draft(conn: AsyncConnection, tenant_id: str, run_id: str) -> DraftRecord | None:
-    row = (await conn.execute(select(ticket_drafts).where(_dr.tenant_id == tenant_id, _dr.run_id == run_id)
-                              .order_by(_dr.version.desc()).limit(1))).first()
+    row = (await conn.execute(_CURRENT_DRAFT, {"k_tenant": tenant_id, "k_run": run_id})).first()
     return DraftRecord.model_validate(dict(row._mapping)) if row else None
 
 
@@ -127,9 +146,10 @@ async def insert_delivery(
     conn: AsyncConnection, *, tenant_id: str, notification_id: str, run_id: str, channel: str, payload_ref: str,
     at: datetime,
 ) -> None:
-    await conn.execute(insert(deliveries).values(
-        tenant_id=tenant_id, notification_id=notification_id, run_id=run_id, channel=channel, state="pending",
-        attempts=0, payload_ref=payload_ref, receipts=[], created_at=at, updated_at=at))
+    await conn.execute(_INSERT_DELIVERY, {
+        "tenant_id": tenant_id, "notification_id": notification_id, "run_id": run_id, "channel": channel,
+        "state": "pending", "attempts": 0, "payload_ref": payload_ref, "receipts": [], "created_at": at,
+        "updated_at": at})
 
 
 async def list_deliveries(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:

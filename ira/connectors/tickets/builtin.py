@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -76,7 +76,7 @@ class BuiltinTicketSystem:
             "severity": request.severity, "service": request.service, "incident_id": request.incident_id,
             "labels": request.labels, "namespace": namespace, "epoch": epoch, "created_at": self._clock.now(),
         }
-        await conn.execute(insert(tickets).values(**row))
+        await conn.execute(_INSERT_TICKET, row)
         return _ticket(row)
 
     async def find_by_key(self, tenant_id: str, idempotency_key: str) -> Ticket | None:
@@ -123,10 +123,7 @@ _ADVANCE_BARRIER = {postgres: _advance_statement(postgresql if postgres else sql
 
 
 async def _next_number(conn: AsyncConnection, tenant_id: str) -> int:
-    number = (await conn.execute(
-        update(ticket_counters).where(ticket_counters.c.tenant_id == tenant_id)
-        .values(last_number=ticket_counters.c.last_number + 1).returning(ticket_counters.c.last_number)
-    )).scalar()
+    number = (await conn.execute(_NEXT_NUMBER, {"k_tenant": tenant_id})).scalar()
     if number is not None:
         return int(number)
     await conn.execute(insert(ticket_counters).values(tenant_id=tenant_id, last_number=1))
@@ -134,9 +131,16 @@ async def _next_number(conn: AsyncConnection, tenant_id: str) -> int:
 
 
 async def _by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Ticket | None:
-    row = (await conn.execute(select(tickets).where(
-        tickets.c.tenant_id == tenant_id, tickets.c.idempotency_key == key))).first()
+    row = (await conn.execute(_BY_KEY, {"k_tenant": tenant_id, "k_key": key})).first()
     return _ticket(row._mapping) if row else None
+
+
+# A create's statements, built once with bound parameters (see ira/runtime/store/steps.py on why).
+_BY_KEY = select(tickets).where(tickets.c.tenant_id == bindparam("k_tenant"),
+                                tickets.c.idempotency_key == bindparam("k_key"))
+_NEXT_NUMBER = update(ticket_counters).where(ticket_counters.c.tenant_id == bindparam("k_tenant")) \
+    .values(last_number=ticket_counters.c.last_number + 1).returning(ticket_counters.c.last_number)
+_INSERT_TICKET = insert(tickets)
 
 
 def _ticket(m: Any) -> Ticket:
