@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, exists, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
@@ -94,6 +94,14 @@ _CLAIM = (update(steps).where(_STEP_KEY, _claimable(bindparam("now")))
           .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease_until"),
                   owner_epoch=steps.c.owner_epoch + 1, state=StepState.RUNNING, updated_at=bindparam("now"))
           .returning(*steps.c))
+_claimed = _CLAIM.cte("claimed")
+_CLAIM_AND_START = select(_claimed).add_cte(insert(attempts).from_select(
+    ["tenant_id", "attempt_id", "run_id", "step_id", "owner", "owner_epoch", "started_at", "usage"],
+    select(_claimed.c.tenant_id, bindparam("new_attempt", type_=attempts.c.attempt_id.type), _claimed.c.run_id,
+           _claimed.c.step_id, _claimed.c.owner, _claimed.c.owner_epoch,
+           bindparam("now", type_=attempts.c.started_at.type), literal({}, type_=attempts.c.usage.type)),
+).cte("started"))
+"""PostgreSQL's claim: the UPDATE and the attempt's INSERT in one statement, the step row out."""
 _HELD = and_(_STEP_KEY, steps.c.owner_epoch == bindparam("k_epoch"), steps.c.state == StepState.RUNNING)
 _HEARTBEAT = update(steps).where(_HELD).values(lease_until=bindparam("new_lease_until"), updated_at=bindparam("now"))
 _RELEASE = update(steps).where(_HELD).values(state=StepState.READY, owner=None, lease_until=None,
@@ -128,16 +136,21 @@ async def claim_step(
 async def claim_step_as(
     conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str, *, owner: str, lease: timedelta, now: datetime
 ) -> tuple[Claim, Step] | None:
-    """``claim_step``, with the step as claimed: the claim's UPDATE returns its row."""
-    lease_until = now + lease
-    row = (await conn.execute(_CLAIM, {**_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
-                                       "new_lease_until": lease_until})).first()
+    """``claim_step``, with the step as claimed: the claim's UPDATE returns its row. On
+    PostgreSQL the attempt's INSERT rides in the same statement (a data-modifying CTE)."""
+    lease_until, attempt_id = now + lease, new_id("att")
+    params = {**_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
+              "new_lease_until": lease_until}
+    if conn.dialect.name == "postgresql":
+        row = (await conn.execute(_CLAIM_AND_START, {**params, "new_attempt": attempt_id})).first()
+    else:
+        row = (await conn.execute(_CLAIM, params)).first()
+        if row is not None:
+            await conn.execute(_INSERT_ATTEMPT, {
+                "tenant_id": tenant_id, "attempt_id": attempt_id, "run_id": run_id, "step_id": step_id,
+                "owner": owner, "owner_epoch": row.owner_epoch, "started_at": now, "usage": {}})
     if row is None:
         return None
-    attempt_id = new_id("att")
-    await conn.execute(_INSERT_ATTEMPT, {
-        "tenant_id": tenant_id, "attempt_id": attempt_id, "run_id": run_id, "step_id": step_id, "owner": owner,
-        "owner_epoch": row.owner_epoch, "started_at": now, "usage": {}})
     claim = Claim(tenant_id=tenant_id, run_id=run_id, step_id=step_id, owner=owner, owner_epoch=int(row.owner_epoch),
                   lease_until=lease_until, attempt_id=attempt_id)
     return claim, step_from_row(row)
