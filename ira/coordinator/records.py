@@ -39,6 +39,9 @@ _CLOSE_WORK_ITEMS = update(work_items).where(
 _CURRENT_DRAFT = select(ticket_drafts).where(_dr.tenant_id == bindparam("k_tenant"), _dr.run_id == bindparam("k_run")) \
     .order_by(_dr.version.desc()).limit(1)
 _INSERT_DELIVERY = insert(deliveries)
+_INSERT_APPROVAL, _INSERT_WORK_ITEM, _INSERT_DRAFT = insert(approvals), insert(work_items), insert(ticket_drafts)
+_LATEST_VERSION = select(func.max(_dr.version)).where(_dr.tenant_id == bindparam("k_tenant"),
+                                                      _dr.run_id == bindparam("k_run"))
 
 
 class DraftRecord(Model):
@@ -54,7 +57,7 @@ class DraftRecord(Model):
 
 
 async def insert_approval(conn: AsyncConnection, approval: Approval) -> None:
-    await conn.execute(insert(approvals).values(**approval.model_dump()))
+    await conn.execute(_INSERT_APPROVAL, approval.model_dump())
 
 
 async def get_approval(conn: AsyncConnection, tenant_id: str, approval_id: str) -> Approval:
@@ -81,7 +84,7 @@ async def settle_approval(
 
 
 async def open_work_item(conn: AsyncConnection, item: WorkItem) -> None:
-    await conn.execute(insert(work_items).values(**item.model_dump(), closed_at=None))
+    await conn.execute(_INSERT_WORK_ITEM, {**item.model_dump(), "closed_at": None})
 
 
 async def close_work_items(
@@ -123,11 +126,10 @@ async def add_draft(
     ``latest``: the current draft's version as the caller read it in this transaction (0: none
     yet), so it is not read again."""
     if latest is None:
-        latest = (await conn.execute(select(func.max(_dr.version)).where(
-            _dr.tenant_id == tenant_id, _dr.run_id == run_id))).scalar()
+        latest = (await conn.execute(_LATEST_VERSION, {"k_tenant": tenant_id, "k_run": run_id})).scalar()
     record = DraftRecord(tenant_id=tenant_id, run_id=run_id, version=int(latest or 0) + 1, ref=ref,
                          incident_version=incident_version, reason=reason, created_at=at)
-    await conn.execute(insert(ticket_drafts).values(**record.model_dump()))
+    await conn.execute(_INSERT_DRAFT, record.model_dump())
     return record
 
 
