@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import runs as incident_runs
-from sqlalchemy import select
+from sqlalchemy import bindparam, func, select
 
 from ira.coordinator.deps import Deps
 from ira.core.clock import SystemClock
@@ -34,6 +34,7 @@ from ira.runtime.store.schema import runs
 from ira.runtime.wakeup import step_wakeup
 
 CHAIN = "bench-chain"
+_COUNT = select(func.count()).select_from(runs).where(runs.c.state == bindparam("state"))
 TENANT = "bench"
 
 
@@ -113,8 +114,10 @@ class IraEngine:
         return waiting - await self._count("waiting"), time.perf_counter() - started
 
     async def _count(self, state: str) -> int:
+        """Counted by the database: this poll shares the process (and its CPU) with the engine it
+        measures, and fetching every run's id each 10 ms cost it ~1/3 of an approve burst's CPU."""
         async with self.db.reader() as conn:
-            return len((await conn.execute(select(runs.c.run_id).where(runs.c.state == state))).all())
+            return int((await conn.execute(_COUNT, {"state": state})).scalar_one())
 
     async def _wait(self, state: str, count: int, *, timeout: float) -> None:
         """Until ``count`` runs are in ``state`` or ``timeout`` passed (then the figures say how many)."""
