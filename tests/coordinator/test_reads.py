@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from ira.coordinator import facts, records
 from ira.core.commit import EventDraft, RunCommit
@@ -20,6 +20,7 @@ from ira.core.states import RunState, StepState, WaitKind
 from ira.runtime.store import runs, steps
 from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
+from ira.runtime.store.schema import attempts
 from tests.coordinator.harness import T0, build, decision, envelope
 
 
@@ -128,9 +129,10 @@ async def test_steps_decide_on_the_run_their_claim_read_where_writers_are_serial
     """On SQLite (one writer at a time) join, synthesize and approve_ticket read no run row
     besides their claims' (the commit's compare-and-set still guards it); on PostgreSQL each
     locks it, so concurrent writers queue."""
-    seen, _ = await _to_approval(db)
+    seen, run_id = await _to_approval(db)
     run_reads = [s for s in reads(seen, "runs") if s.startswith("SELECT runs.tenant_id, runs.run_id")]
-    claims = [s for s in seen if s.startswith("UPDATE steps SET") and "owner_epoch=(steps.owner_epoch" in s]
+    async with db.reader() as conn:  # one attempt per claim, whatever statements a claim takes
+        claims = (await conn.execute(select(attempts.c.attempt_id).where(attempts.c.run_id == run_id))).all()
     # besides the claims: the decision's (by key and incident) and each scripted branch's (3, locking as agents do)
     by_steps = len(run_reads) - len(claims) - 1 - 3
     assert by_steps == (0 if db.engine.dialect.name == "sqlite" else 3)
