@@ -69,13 +69,15 @@ async def confirm(conn: AsyncConnection, run: Run, op: Operation, ticket: Ticket
     """C5: store the receipt and confirm the fact; its event and notification are returned
     for the caller's commit (``Confirmed.tell`` when there is none)."""
     receipt = await store_json(conn, op.tenant_id, canonical_json(ticket), config=config, at=at)
-    current = await operations.get_operation(conn, op.tenant_id, op.operation_id)
-    if current.fact_state == OperationFact.CONFIRMED_SUCCESS:
-        if current.external_ref != ticket.key:
-            raise DomainError(f"operation {op.operation_id} confirmed {current.external_ref}, now {ticket.key}")
-        return Confirmed(operation=current, receipt_ref=receipt.ref)
-    await operations.move(conn, current, to=OperationFact.CONFIRMED_SUCCESS, receipt=ticket,
-                          handling=OperationHandling.NONE, at=at, from_facts=operations.IN_DOUBT)
+    # the compare-and-set first: only an Operation that is no longer in doubt is read back
+    current = op
+    if not await operations.move(conn, op, to=OperationFact.CONFIRMED_SUCCESS, receipt=ticket,
+                                 handling=OperationHandling.NONE, at=at, from_facts=operations.IN_DOUBT):
+        current = await operations.get_operation(conn, op.tenant_id, op.operation_id)
+        if current.fact_state == OperationFact.CONFIRMED_SUCCESS:
+            if current.external_ref != ticket.key:
+                raise DomainError(f"operation {op.operation_id} confirmed {current.external_ref}, now {ticket.key}")
+            return Confirmed(operation=current, receipt_ref=receipt.ref)
     late = run.state in TERMINAL_RUN_STATES
     event = EventDraft(type=RunEventType.OPERATION_CONFIRMED, data={
         "operation_id": op.operation_id, "external_ref": ticket.key, "system": ticket.system,

@@ -21,6 +21,7 @@ from ira.coordinator import operations, records
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.intake import open_run_for
+from ira.coordinator.receipt import confirm
 from ira.core.clock import FrozenClock
 from ira.core.delivery import NotificationKind
 from ira.core.operation import Operation
@@ -184,3 +185,36 @@ async def test_a_second_intent_with_the_same_key_returns_the_first_in_one_statem
     assert (again.operation_id, again.owner_epoch, after.operation_id) == ("op_first", 1, "op_first")
     assert not [s for s in statements if "SAVEPOINT" in s.upper()]
     assert len(statements) == 2  # the conflicting insert and the read of the first
+
+
+async def test_a_receipt_confirms_an_operation_in_doubt_without_reading_it_back(db: Database) -> None:
+    # Given a SUBMITTED Operation of a run
+    pump, deps, _, _, run_id, _ = await waiting_for_approval(db)
+    await pump.close()
+    op = Operation(operation_id="op_sent", tenant_id="acme", run_id=run_id, step_id="create_ticket",
+                   kind="create_ticket", idempotency_key="sha256:sent", payload_hash="sha256:draft",
+                   fact_state=OperationFact.INTENT_RECORDED, owner_epoch=1, created_at=T0, updated_at=T0)
+    ticket = Ticket(tenant_id="acme", key="INC-9", idempotency_key="sha256:sent", payload_hash="sha256:p",
+                    title="t", system="builtin", created_at=T0)
+    reads: list[str] = []
+
+    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM operations" in statement:
+            reads.append(statement)
+
+    async with db.transaction() as conn:
+        await operations.record_intent(conn, op)
+        assert await operations.move(conn, op, to=OperationFact.SUBMITTED, at=T0)
+        run = await runs.get_run(conn, "acme", run_id)
+        # When its receipt is recorded
+        event.listen(db.engine.sync_engine, "before_cursor_execute", note)
+        try:
+            confirmed = await confirm(conn, run, op, ticket, adopted=False, epoch=1, config=deps.config, at=T0)
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", note)
+        stored = await operations.get_operation(conn, "acme", "op_sent")
+    # Then it is confirmed by its compare-and-set alone, and the confirmation says what was stored
+    assert reads == []
+    assert (stored.fact_state, stored.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-9")
+    assert (confirmed.operation.fact_state, confirmed.operation.external_ref) == (stored.fact_state, "INC-9")
+    assert [e.type for e in confirmed.events] == ["OPERATION_CONFIRMED"]
