@@ -103,3 +103,46 @@ def test_a_secret_shaped_assignment_is_masked_without_configuration(
 ) -> None:
     text = f"{before} {form.format(s=secret)} {after}"
     assert secret not in Redactor().text(text).replace(before, "").replace(after, "")
+
+
+# The redactor skips a pass only where it cannot match (too short with no "=" or ":", or without
+# the literal a costly pattern's every match holds) and memoizes short text: these pin that each
+# kind still gets through on its own, with nothing else in the text for another pattern to catch.
+@pytest.mark.parametrize("token", [
+    f"sk_live_{CANARY}", f"rk_test_{CANARY}", f"pk_live_{CANARY}", f"sk-proj-{CANARY}{CANARY}",
+    f"sk-ant-{CANARY}{CANARY}", f"sk-{CANARY}{CANARY}", f"github_pat_{CANARY}{CANARY}",
+    *(f"gh{kind}_{CANARY}{CANARY}" for kind in "pousr"), f"glpat-{CANARY}{CANARY}",
+    *(f"xox{kind}-{CANARY}" for kind in "abeprs"), f"xapp-{CANARY}", f"AKIA{CANARY.upper()[:12]}ABCD",
+    f"ASIA{CANARY.upper()[:12]}ABCD", f"AIza{CANARY}{CANARY}{CANARY[:11]}", f"eyJ{CANARY}.{CANARY}.{CANARY}",
+    f"-----BEGIN PRIVATE KEY-----{CANARY}-----END PRIVATE KEY-----",
+])
+def test_every_token_kind_alone_is_masked(token: str) -> None:
+    assert Redactor().text(token) == MASK
+    assert Redactor().text(f"seen {token}") == f"seen {MASK}"
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("basic abcdefgh", f"basic {MASK}"),  # 14 characters, no "=" or ":": the shortest scheme
+    ("xoxb-abcdefghij", MASK),  # 15: the shortest token
+    ("PWD=abcd", f"PWD={MASK}"),
+    ("Api-Key:x", f"Api-Key:{MASK}"),
+    ("u://a:b@h", f"u://a:{MASK}@h"),
+])
+def test_the_shortest_secret_shapes_are_masked(text: str, masked: str) -> None:
+    assert Redactor().text(text) == masked
+
+
+def test_every_kind_in_one_string_is_masked_in_order() -> None:
+    text = (f"Authorization: Bearer {CANARY}1 STRIPE_API_KEY={CANARY}2 token ghp_{CANARY}3{CANARY} "
+            f"then Basic {CANARY}4 at postgres://u:{CANARY}5@db, password: '{CANARY}6'")
+    assert Redactor().text(text) == (
+        f"Authorization: Bearer {MASK} STRIPE_API_KEY={MASK} token {MASK} "
+        f"then Basic {MASK} at postgres://u:{MASK}@db, password: '{MASK}'")
+
+
+def test_memoized_and_long_text_is_masked_and_configured_values_stay_per_redactor() -> None:
+    text = f"title GITHUB_TOKEN={CANARY}"
+    assert Redactor().text(text) == Redactor().text(text) == f"title GITHUB_TOKEN={MASK}"
+    assert Redactor().text("x" * 5000 + text) == "x" * 5000 + f"title GITHUB_TOKEN={MASK}"
+    assert Redactor([CANARY]).text(f"id {CANARY}") == f"id {MASK}"
+    assert Redactor().text(f"id {CANARY}") == f"id {CANARY}"
