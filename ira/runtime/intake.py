@@ -56,6 +56,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class _Slot:
+    """The slot a step's task runs in. Its step may hand it on once, to a step its own
+    finishing commit readies (:meth:`StepIntake.take`)."""
+
+    intake: StepIntake
+    handed_on: bool = False
+
+
+_SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("ira_intake_slot", default=None)
+
+
+@dataclass
 class IntakeStats:
     eager: int = 0
     """Steps handed over right after a local commit."""
@@ -113,8 +125,14 @@ class StepIntake:
 
     def take(self, message: OutboxMessage) -> str | None:
         """While a transaction writes ``message``: reserve a slot to run its step after the
-        commit, and name this process as the one that does (the row is then never relayed)."""
-        if not self.handles(message.envelope) or self._closed or not self._free():
+        commit, and name this process as the one that does (the row is then never relayed).
+
+        A full intake still takes the step when the transaction is a step's of this intake
+        that has not handed its slot on yet: the step's task ends right after its commit, so
+        the run goes on in the slot it frees (one over ``size`` for that moment) instead of
+        queueing behind the broker's wake-ups, each a relay pass and a broker hop later. Started
+        runs finish before new ones start, and the wake-ups waiting get the slots runs end."""
+        if not self.handles(message.envelope) or self._closed or not (self._free() or self._hand_on()):
             return None
         self._busy += 1
         self._taken.add(message.envelope.message_id)
@@ -164,6 +182,14 @@ class StepIntake:
     def _free(self) -> bool:
         return self._busy < self.size and not self._waiting
 
+    def _hand_on(self) -> bool:
+        """Whether the calling task runs in a slot of this intake it may hand on (once)."""
+        slot = _SLOT.get()
+        if slot is None or slot.intake is not self or slot.handed_on:
+            return False
+        slot.handed_on = True
+        return True
+
     def _begin(self, envelope: Envelope) -> None:
         # the trace the wake-up carries, as its broker copy would: not the committing span's
         self._run_in_slot(self.dispatcher.handle_wakeup(envelope), envelope,
@@ -183,6 +209,7 @@ class StepIntake:
         task.add_done_callback(self._running.discard)
 
     async def _run(self, work: Coroutine[Any, Any, None], envelope: Envelope) -> None:
+        _SLOT.set(_Slot(self))  # this task's own context: the step's transactions see their slot
         try:
             await work
         except Exception:  # a worker task: the step stays in SQL and the scanner wakes it again

@@ -296,6 +296,26 @@ async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
     assert ended == 2 and await relayed(db) == {}
 
 
+async def test_a_full_intake_goes_on_with_a_run_in_the_slot_its_finishing_step_frees(db: Database) -> None:
+    # Given an intake with one slot for both steps of a run (metrics, then join)
+    finished: list[str] = []
+
+    async def handler(ctx: StepContext) -> None:
+        await finish_step(db, ctx)
+        finished.append(ctx.claim.step_id)
+
+    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler, "join": handler},
+                                       owner="w1"), 1)
+    with intake.eager(db):
+        # When the run is created and its metrics step's finishing commit readies the join
+        # while metrics still holds the only slot
+        await create_ready_run(db)
+        await eventually(lambda: finished == ["metrics", "join"] and not intake._running, timeout=10)
+    # Then the join was taken in that commit (its wake-up never published), not left to the broker
+    assert intake.stats.unpublished == 2 and intake.stats.eager_skipped == 0
+    assert await relayed(db) == {} and intake._busy == 0
+
+
 class DiesAfterCommit(StepIntake):
     """A process that claimed a step in the commit that readied it, and died right after."""
 
