@@ -49,11 +49,13 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case("ticket-after-intent", "SIGKILL after the Operation's intent", fault="ticket.after_intent"),
+    Case("ticket-after-intent", "SIGKILL after the Operation's intent (with its SUBMITTED permit, one commit)",
+         fault="ticket.after_intent"),
     Case("ticket-after-submit", "SIGKILL after SUBMITTED, before the send", fault="ticket.after_submit", smoke=True),
     Case("ticket-after-create", "SIGKILL after the ticket was created, before its receipt",
          fault="ticket.after_create"),
-    Case("ticket-after-receipt", "SIGKILL after the receipt, before the step finished", fault="ticket.after_receipt"),
+    Case("ticket-after-receipt", "SIGKILL after the receipt (with the step's DONE, one commit), before the next move",
+         fault="ticket.after_receipt"),
     Case("ticket-after-finish", "SIGKILL after the step finished", fault="ticket.after_finish"),
     Case("after-c6", "SIGKILL after C6 (run completed), before delivery", fault="run.after_complete"),
     Case("mid-delivery", "SIGKILL after the channel answered, before the receipt", fault="delivery.after_send"),
