@@ -270,17 +270,23 @@ async def finish_step(db: Database, ctx: StepContext) -> None:
             steps=(StepChange(step_id=c.step_id, state=StepState.DONE),)), at=T0)
 
 
-async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
-        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given an intake for both steps of a run (metrics, then join)
-    finished: list[str] = []
+def chain_intake(db: Database, finished: list[str], *, size: int) -> StepIntake:
+    """An intake for a run's ``metrics`` and ``join`` steps whose handler finishes each (readying
+    what waits for it) and records its step id in ``finished``."""
 
     async def handler(ctx: StepContext) -> None:
         await finish_step(db, ctx)
         finished.append(ctx.claim.step_id)
 
-    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler, "join": handler},
-                                       owner="w1"), 4)
+    return StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler, "join": handler},
+                                     owner="w1"), size)
+
+
+async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an intake for both steps of a run (metrics, then join)
+    finished: list[str] = []
+    intake = chain_intake(db, finished, size=4)
     begun = counting_transactions(db, monkeypatch)
     with intake.eager(db):
         # When the run is created and runs to its end
@@ -299,13 +305,7 @@ async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
 async def test_a_full_intake_goes_on_with_a_run_in_the_slot_its_finishing_step_frees(db: Database) -> None:
     # Given an intake with one slot for both steps of a run (metrics, then join)
     finished: list[str] = []
-
-    async def handler(ctx: StepContext) -> None:
-        await finish_step(db, ctx)
-        finished.append(ctx.claim.step_id)
-
-    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": handler, "join": handler},
-                                       owner="w1"), 1)
+    intake = chain_intake(db, finished, size=1)
     with intake.eager(db):
         # When the run is created and its metrics step's finishing commit readies the join
         # while metrics still holds the only slot
