@@ -47,9 +47,11 @@ from ira.runtime.bus.inbox import InboxApplier
 from ira.runtime.bus.producer import BusProducer, Published
 from ira.runtime.bus.record import Disposition, InboxHandler, Outcome, PlainHandler, RecordMeta, disposition
 from ira.runtime.bus.together import TogetherPublisher
+from ira.runtime.settings import load_settings
 from ira.runtime.store.database import Database
 from ira.runtime.store.outbox import URGENT_HEADER, envelope_headers
 from ira.runtime.store.schema import inbox
+from ira.runtime.telemetry import setup_tracing
 from tests.eventually import eventually
 from tests.kafka_fixtures import unique_environment
 from tests.store_fixtures import open_database, postgres_test_url
@@ -425,6 +427,32 @@ async def test_a_publish_is_one_producer_span_and_its_records_continue_it(
     assert len(consumed) == 3
     assert {s.parent.span_id for s in consumed if s.parent} == {webhook.get_span_context().span_id}
     assert {c.trace_id for c in seen.values()} == {webhook.get_span_context().trace_id}
+
+
+async def test_without_an_exporter_records_carry_the_trace_their_unrecorded_spans_name(
+    kafka: EmbeddedKafka, bus_env: str
+) -> None:
+    tracer = setup_tracing(load_settings({}), install=False).get_tracer("test")  # no endpoint, no exporter
+    topic = topic_name(Topic.ALERTS, bus_env)
+    seen: dict[str, tuple[RecordMeta, trace.Span]] = {}
+    async with BusProducer(kafka.bootstrap, tracer=tracer) as traced:
+        with tracer.start_as_current_span("webhook") as webhook:
+            recording = [webhook.is_recording()]  # (a recorded span stops recording once ended: ask inside)
+            await traced.publish(topic, KEY, envelope())
+
+        async def handle(env: Envelope, meta: RecordMeta) -> None:
+            seen[env.message_id] = (meta, trace.get_current_span())
+            recording.append(trace.get_current_span().is_recording())
+
+        async with running(runner(bus_env, kafka, traced, handle, tracer=tracer)):
+            await eventually(lambda: len(seen) == 1)
+
+    [(meta, consumed)] = seen.values()
+    sent = webhook.get_span_context()
+    assert recording == [False, False]  # nothing would see them
+    assert sent.is_valid and meta.headers[tracing.TRACEPARENT].split("-")[1] == f"{sent.trace_id:032x}"
+    assert consumed.get_span_context().trace_id == sent.trace_id
+    assert consumed.get_span_context().span_id not in (0, sent.span_id)  # a span of its own in that trace
 
 
 async def test_callers_of_one_turn_share_a_pass_and_keep_their_own_trace_and_outcome(

@@ -7,17 +7,23 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 from pydantic import SecretStr
 
+from ira.core.commit import OutboxMessage
+from ira.core.envelope import Envelope
 from ira.core.redact import MASK
+from ira.runtime import runtrace
+from ira.runtime.bus import tracing
 from ira.runtime.logs import configure_logging, current_log_context, log_context
 from ira.runtime.settings import load_settings
 from ira.runtime.telemetry import Metrics, setup_tracing, shutdown_tracing
@@ -164,6 +170,47 @@ def test_without_an_endpoint_nothing_is_exported() -> None:
         assert not provider._active_span_processor._span_processors  # no exporter attached
     finally:
         shutdown_tracing(provider)
+
+
+def test_without_an_exporter_spans_are_not_recorded_but_their_ids_reach_runs_records_and_logs(
+    log_stream: io.StringIO,
+) -> None:
+    provider = setup_tracing(load_settings({}), install=False)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("alert received") as root:
+        recording = [root.is_recording()]  # (a recorded span stops recording once ended)
+        logging.getLogger("ira.test").warning("inside")
+        stored = runtrace.current_traceparent()  # what a run keeps (runs.traceparent)
+    unstamped = OutboxMessage(topic="t", key="k", envelope=Envelope(
+        message_id="m-1", type="test.event", tenant_id="demo", occurred_at=datetime.now(UTC)))
+    with tracer.start_as_current_span("step", context=runtrace.context_of(stored)) as step:  # hours later
+        recording.append(step.is_recording())
+        [message] = runtrace.stamp((unstamped,), runtrace.current_traceparent())
+    headers: list[tuple[str, bytes]] = []
+    tracing.inject(headers, trace.set_span_in_context(step))
+
+    ids = root.get_span_context()
+    assert recording == [False, False]
+    assert ids.is_valid and runtrace.trace_id_of(stored) == f"{ids.trace_id:032x}"
+    assert step.get_span_context().trace_id == ids.trace_id  # the run's later work continues it
+    assert runtrace.trace_id_of(message.envelope.traceparent) == f"{ids.trace_id:032x}"
+    assert runtrace.trace_id_of(dict(headers)[tracing.TRACEPARENT].decode()) == f"{ids.trace_id:032x}"
+    [line] = lines(log_stream)
+    assert (line["trace_id"], line["span_id"]) == (f"{ids.trace_id:032x}", f"{ids.span_id:016x}")
+
+
+def test_with_an_exporter_a_span_is_exported_though_its_parent_came_unsampled() -> None:
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing(load_settings({}), install=False, exporter=exporter)
+    unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"  # from a process exporting nothing
+    try:
+        with provider.get_tracer("test").start_as_current_span("step", context=runtrace.context_of(unsampled)):
+            pass
+    finally:
+        shutdown_tracing(provider)
+    [exported] = exporter.get_finished_spans()
+    assert f"{exported.context.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert exported.parent is not None and f"{exported.parent.span_id:016x}" == "00f067aa0ba902b7"
 
 
 def test_secret_shaped_text_is_masked_in_logs_too(log_stream: io.StringIO) -> None:
