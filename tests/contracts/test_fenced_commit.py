@@ -4,19 +4,22 @@ refusals, in the same order, as the separate epoch lock it replaces, on every ba
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import EventDraft, Fence, OutboxMessage, RunCommit, StepChange
-from ira.core.errors import StaleEpochError
+from ira.core.errors import ConcurrentUpdateError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.run import Claim
 from ira.core.states import RunState, StepState
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
+from ira.runtime.store.schema import attempts
 from tests.contracts.test_artifact_cache import counting
 from tests.contracts.test_store import LEASE, T0, _claim, create, event_seqs
 
@@ -124,3 +127,61 @@ async def test_a_listener_reads_the_run_its_commit_wrote_without_a_statement(db:
         stored = await runs.get_run(conn, "acme", run.run_id)
     assert [(seen, statements) for seen, statements in reader.seen] == [(committed, [])]
     assert committed == stored and committed.last_seq == 3
+
+
+async def _ended_at(conn: AsyncConnection, claim: Claim) -> tuple[str | None, object]:
+    row = (await conn.execute(select(attempts.c.outcome, attempts.c.ended_at).where(
+        attempts.c.tenant_id == "acme", attempts.c.attempt_id == claim.attempt_id))).one()
+    return row.outcome, row.ended_at
+
+
+@contextmanager
+def running(claim: Claim) -> Iterator[steps.RunningAttempt]:
+    attempt = steps.RunningAttempt(claim)
+    token = steps.RUNNING_ATTEMPT.set(attempt)
+    try:
+        yield attempt
+    finally:
+        steps.RUNNING_ATTEMPT.reset(token)
+
+
+async def test_the_attempt_a_fenced_commit_finishes_ends_in_the_steps_update_on_postgresql(db: Database) -> None:
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    with running(claim) as attempt, counting(db) as statements:
+        async with db.transaction() as conn:
+            await runs.commit(conn, finishing(run.run_id, claim), at=T0)
+    attempt_updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE ATTEMPTS")]
+    # the step's UPDATE (+ the attempt's end on PostgreSQL), the plan read for promotions, the run's
+    # compare-and-set, the join made ready, the events, the join's wake-up; SQLite: + the attempt's end
+    postgres = db.engine.dialect.name == "postgresql"
+    assert (len(statements), len(attempt_updates)) == ((6, 0) if postgres else (7, 1))
+    assert attempt.ended
+    async with db.reader() as conn:
+        assert await _ended_at(conn, claim) == ("finished", T0)
+        assert (await steps.get_step(conn, "acme", run.run_id, "metrics")).state == StepState.DONE
+
+
+async def test_a_refused_fenced_commit_ends_no_attempt(db: Database) -> None:
+    """A stale epoch refuses the step's UPDATE, so the attempt's end in it writes nothing (read in
+    the same transaction, before any rollback); a moved run refuses after it, and rolls it back."""
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    stale = claim.model_copy(update={"owner_epoch": claim.owner_epoch - 1})
+    with running(stale) as attempt:
+        async with db.transaction() as conn:
+            with pytest.raises(StaleEpochError):
+                await runs.commit(conn, finishing(run.run_id, stale), at=T0)
+            assert await _ended_at(conn, stale) == (None, None)
+    assert not attempt.ended
+    with running(claim) as attempt, pytest.raises(ConcurrentUpdateError):
+        async with db.transaction() as conn:
+            await runs.commit(conn, finishing(run.run_id, claim, version=7), at=T0)
+    assert not attempt.ended
+    async with db.reader() as conn:
+        assert await _ended_at(conn, claim) == (None, None)
+        step = await steps.get_step(conn, "acme", run.run_id, "metrics")
+    assert (step.state, step.owner_epoch) == (StepState.RUNNING, 1)
+    assert await event_seqs(db, run.run_id) == [1]

@@ -97,6 +97,12 @@ def after_commit(conn: AsyncConnection, callback: Callable[[], None]) -> bool:
     return True
 
 
+def tells_commit(conn: AsyncConnection) -> bool:
+    """Whether ``after_commit`` would take a callback on ``conn``: ask before writing what
+    only a callback registered after the write may report."""
+    return conn.info.get(_WRITTEN) is not None
+
+
 def is_reader(conn: AsyncConnection) -> bool:
     """Whether ``conn`` is a ``Database.reader``: what it reads is committed."""
     return bool(conn.info.get(_READER))

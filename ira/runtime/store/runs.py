@@ -86,7 +86,7 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
 
 async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
     finishing = {c.step_id: c.state for c in change.steps}
-    rest = await apply_fenced(conn, change, at=at)  # the fence, and the fenced step's own changes
+    rest, attempt_ended = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
     rest = await with_promotions(conn, rest, finishing, at=at)
     row = await _bump_version(conn, rest, at=at)
     if row is None:
@@ -94,7 +94,8 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     run = run_from_row(row)
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
     await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps, at=at)
-    await end_attempt_in_commit(conn, change, at=at)
+    if not attempt_ended:
+        await end_attempt_in_commit(conn, change, at=at)
     first_seq = run.last_seq - len(rest.events) + 1
     await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
     await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)

@@ -5,6 +5,11 @@ step's own conditional UPDATE (``owner_epoch = :epoch`` in its WHERE), run befor
 compare-and-set of the run as the separate ``SELECT .. FOR UPDATE`` of the epoch was: the row
 lock that UPDATE takes holds until commit, so a newer claim still cannot slip in before it,
 and a refused UPDATE reads the step once to say why (stale epoch first, as before).
+
+On PostgreSQL that UPDATE also ends the running attempt it finishes (``steps.attempt_ended_by``)
+when the commit is the attempt's own: the attempts UPDATE rides in it as a data-modifying CTE
+that writes only if the step's UPDATE took its row, so a refused fence ends nothing, and the
+whole transaction still rolls back on any later refusal (the run's compare-and-set).
 """
 
 from __future__ import annotations
@@ -13,18 +18,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import and_, bindparam, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import Update
+from sqlalchemy.sql import Select, Update
 
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.plan import newly_ready
 from ira.core.states import FINISHED_STEP_STATES, STEP_TRANSITIONS, StepState, check_step_transition
+from ira.runtime.store.database import after_commit, tells_commit
 from ira.runtime.store.rows import step_from_row
-from ira.runtime.store.schema import runs, steps
-from ira.runtime.store.steps import _STEP_KEY, _key_params, check_fence, get_step
+from ira.runtime.store.schema import attempts, runs, steps
+from ira.runtime.store.steps import _STEP_KEY, RunningAttempt, _key_params, attempt_ended_by, check_fence, get_step
 from ira.runtime.wakeup import step_wakeup
 
 _PLAN_AND_ENVIRONMENT = select(steps, runs.c.environment).join(runs, and_(
@@ -55,22 +61,48 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
     return update(steps).where(*where).values(**values)
 
 
-async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> RunCommit:
-    """Check ``change``'s fence and apply the fenced step's own changes; return the rest.
+@cache
+def _step_change_ending_attempt(with_result_ref: bool, release_claim: bool, with_depends_on: bool) -> Select:
+    """PostgreSQL: the fenced step's UPDATE and the end of its attempt in one statement; a row
+    comes back only if the step's UPDATE took its row, and only then is the attempt ended."""
+    changed = _step_change_statement(with_result_ref, release_claim, with_depends_on, True) \
+        .returning(steps.c.step_id).cte("changed")
+    ended = update(attempts).where(
+        attempts.c.tenant_id == bindparam("k_tenant"), attempts.c.attempt_id == bindparam("k_attempt"),
+        exists(select(changed.c.step_id)),
+    ).values(ended_at=bindparam("now"), outcome="finished", error=None).cte("ended")
+    return select(changed.c.step_id).add_cte(ended)
+
+
+async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> tuple[RunCommit, bool]:
+    """Check ``change``'s fence and apply the fenced step's own changes; return the rest, and
+    whether the attempt the commit finishes ended here (PostgreSQL: in the step's UPDATE).
 
     Called before the run's compare-and-set, where the fence was always checked.
     """
     fence = change.fence
     if fence is None:
-        return change
+        return change, False
     mine = [s for s in change.steps if s.step_id == fence.step_id]
     if not mine:
         await check_fence(conn, change.tenant_id, change.run_id, fence)
-        return change
-    await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence)
+        return change, False
+    ending = _foldable_attempt(conn, change, len(mine))
+    await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending)
     for step_change in mine[1:]:
         await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
-    return change.model_copy(update={"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)})
+    if ending is not None:
+        after_commit(conn, ending._ended)
+    rest = change.model_copy(update={"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)})
+    return rest, ending is not None
+
+
+def _foldable_attempt(conn: AsyncConnection, change: RunCommit, changes_of_fenced: int) -> RunningAttempt | None:
+    """The attempt the fenced step's UPDATE may end in the same statement: PostgreSQL only (no
+    data-modifying CTEs in SQLite), one change of that step, a transaction that tells its commit."""
+    if conn.dialect.name != "postgresql" or changes_of_fenced != 1 or not tells_commit(conn):
+        return None
+    return attempt_ended_by(change)
 
 
 async def with_promotions(conn: AsyncConnection, change: RunCommit, finishing: dict[str, StepState], *,
@@ -104,8 +136,9 @@ async def apply_step_changes(conn: AsyncConnection, tenant_id: str, run_id: str,
 
 
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime,
-                     fence: Fence | None = None) -> None:
-    """One conditional UPDATE; only a refusal reads the step, to raise the precise error."""
+                     fence: Fence | None = None, ending: RunningAttempt | None = None) -> None:
+    """One conditional UPDATE (with ``ending``: and the attempt's end, in the same statement);
+    only a refusal reads the step, to raise the precise error."""
     params: dict[str, object] = {**_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
                                  "now": at, "sources": _sources_of(change.state)}
     if change.result_ref is not None:
@@ -114,13 +147,21 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         params["new_depends_on"] = list(change.depends_on)
     if fence is not None:
         params["k_epoch"] = fence.owner_epoch
-    statement = _step_change_statement(change.result_ref is not None, change.release_claim,
-                                       change.depends_on is not None, fence is not None)
-    result = await conn.execute(statement, params)
-    if result.rowcount != 1:
-        current = await get_step(conn, tenant_id, run_id, change.step_id)
-        if fence is not None and current.owner_epoch != fence.owner_epoch:
-            raise StaleEpochError(f"step {run_id}/{change.step_id} is at epoch {current.owner_epoch}, "
-                                  f"writer has {fence.owner_epoch}")
-        check_step_transition(current.state, change.state)
-        raise ConcurrentUpdateError(f"step {run_id}/{change.step_id} changed concurrently")
+    shape = (change.result_ref is not None, change.release_claim, change.depends_on is not None)
+    if ending is None:
+        done = (await conn.execute(_step_change_statement(*shape, fence is not None), params)).rowcount == 1
+    else:
+        params["k_attempt"] = ending.claim.attempt_id
+        done = (await conn.execute(_step_change_ending_attempt(*shape), params)).first() is not None
+    if not done:
+        await _explain_refusal(conn, tenant_id, run_id, change, fence)
+
+
+async def _explain_refusal(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange,
+                           fence: Fence | None) -> None:
+    current = await get_step(conn, tenant_id, run_id, change.step_id)
+    if fence is not None and current.owner_epoch != fence.owner_epoch:
+        raise StaleEpochError(f"step {run_id}/{change.step_id} is at epoch {current.owner_epoch}, "
+                              f"writer has {fence.owner_epoch}")
+    check_step_transition(current.state, change.state)
+    raise ConcurrentUpdateError(f"step {run_id}/{change.step_id} changed concurrently")

@@ -225,21 +225,29 @@ async def end_attempt_in_commit(conn: AsyncConnection, change: RunCommit, *, at:
     in this transaction, so the step cannot be RUNNING under this claim afterwards: a later
     claim takes a higher epoch. A transaction that rolls back ends nothing and the dispatcher
     releases as before; a handler that records its own outcome later (the agents' "done",
-    with usage) overwrites this one.
+    with usage) overwrites this one. On PostgreSQL the fenced step's UPDATE usually ended it
+    already, in the same statement (``step_changes.apply_fenced``); this is the other path.
     """
+    attempt = attempt_ended_by(change)
+    if attempt is not None and after_commit(conn, attempt._ended):
+        await end_attempt(conn, attempt.claim, outcome="finished", now=at)
+
+
+def attempt_ended_by(change: RunCommit) -> RunningAttempt | None:
+    """The attempt this task runs, if ``change`` is fenced by its claim and moves its step out
+    of RUNNING (so the attempt ends with the commit); None otherwise."""
     attempt = RUNNING_ATTEMPT.get()
     fence = change.fence
     if attempt is None or attempt.ended or fence is None:
-        return
+        return None
     c = attempt.claim
     if (change.tenant_id, change.run_id, fence.step_id, fence.owner_epoch) != (
             c.tenant_id, c.run_id, c.step_id, c.owner_epoch):
-        return
+        return None
     states = [s.state for s in change.steps if s.step_id == c.step_id]
     if not states or states[-1] == StepState.RUNNING:
-        return
-    if after_commit(conn, attempt._ended):
-        await end_attempt(conn, c, outcome="finished", now=at)
+        return None
+    return attempt
 
 
 async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> None:
