@@ -6,12 +6,15 @@ Both are built through the Alembic migrations, so a schema change without a migr
 from __future__ import annotations
 
 import os
+import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy import event
 
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
@@ -67,3 +70,18 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
         await database.close()
         if schema:
             await _drop_schema(postgres_test_url(), schema)
+
+
+@contextmanager
+def statements(db: Database) -> Iterator[list[str]]:
+    """Every SQL statement ``db`` executes while the block runs, whitespace folded."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(re.sub(r"\s+", " ", statement))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", record)

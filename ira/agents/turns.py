@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.agents.model import ModelCall, Observation, Turn
@@ -18,6 +17,7 @@ from ira.agents.tables import agent_turns
 from ira.core.errors import StaleEpochError
 from ira.core.run import Claim
 from ira.runtime.store import artifacts
+from ira.runtime.store.new_rows import InsertNew
 
 OBSERVATION_MEDIA_TYPE = "application/vnd.ira.observation+json"
 RAW_MEDIA_TYPE = "application/json"
@@ -68,7 +68,7 @@ async def insert_turn(
     """
     call = turn.model_call
     proposal = turn.decision.model_dump(mode="json") | (_call_extras(call) if call else {})
-    inserted = (await conn.execute(_INSERT_TURN[conn.dialect.name == "postgresql"], {
+    inserted = (await conn.execute(_INSERT_TURN.on(conn), {
         "tenant_id": claim.tenant_id, "run_id": claim.run_id, "step_id": claim.step_id, "turn": turn.turn,
         "attempt_id": claim.attempt_id, "owner_epoch": claim.owner_epoch, "proposal": proposal,
         "observation_ref": observation_ref, "model": call.model if call else None,
@@ -79,9 +79,7 @@ async def insert_turn(
         raise StaleEpochError(f"turn {turn.turn} of {claim.run_id}/{claim.step_id} was committed by another owner")
 
 
-_INSERT_TURN = {pg: (postgresql if pg else sqlite).insert(agent_turns).on_conflict_do_nothing()
-                .returning(_t.turn) for pg in (False, True)}
-"""``insert_turn``'s statement per dialect (False: SQLite), built once."""
+_INSERT_TURN = InsertNew(agent_turns, _t.turn)
 
 
 def _call_extras(call: ModelCall) -> dict[str, object]:

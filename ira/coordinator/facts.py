@@ -49,16 +49,6 @@ _LOCK_RUN = select(runs_table).where(runs_table.c.tenant_id == bindparam("k_tena
 """Built once (see ira/runtime/store/steps.py on why hot statements are)."""
 
 
-async def claimed_run(conn: AsyncConnection, claimed: Run) -> Run:
-    """The run to decide on, given the one its step's claim read (``StepContext.run``): that one
-    where the store lets one writer at a time in (SQLite: this transaction holds the database's
-    write lock, so nothing moves under it, and the commit's compare-and-set refuses a run that
-    moved since the claim); else :func:`lock_run`, whose row lock is what queues writers."""
-    if conn.dialect.name == "sqlite":
-        return claimed
-    return await lock_run(conn, claimed.tenant_id, claimed.run_id)
-
-
 def fence(claim: Claim) -> Fence:
     return Fence(step_id=claim.step_id, owner_epoch=claim.owner_epoch)
 

@@ -27,7 +27,6 @@ from ira.coordinator.deps import Deps
 from ira.coordinator.ending import end_run
 from ira.coordinator.facts import (
     charge_step,
-    claimed_run,
     fence,
     has_event,
     load_model,
@@ -100,12 +99,17 @@ def _guarded(deps: Deps, flow: Flow) -> StepHandler:
 
 
 def _optimistic(flow: Callable[[Deps, StepContext, bool], Awaitable[None]]) -> Flow:
-    """A one-transaction flow tried first with the run as its claim read it (``claimed_run``:
-    no read where writers are serialized) and, if its commit's compare-and-set finds that the run
-    moved since, once more with the run read under lock. Only for flows with no effect outside
-    their transaction, so the first try leaves nothing behind."""
+    """A one-transaction flow that, where the store lets one writer in at a time (SQLite: the
+    transaction holds the database's write lock), decides on the run as its claim read it
+    (``StepContext.run``, no read) and, if its commit's compare-and-set finds that the run moved
+    since the claim, runs once more with the run read under lock. Elsewhere (PostgreSQL) it reads
+    the run under lock at once: the row lock is what queues concurrent writers there. Only for
+    flows with no effect outside their transaction, so the first try leaves nothing behind."""
 
     async def run(deps: Deps, ctx: StepContext) -> None:
+        if deps.db.dialect != "sqlite":
+            await flow(deps, ctx, False)
+            return
         try:
             await flow(deps, ctx, True)
         except ConcurrentUpdateError:
@@ -116,7 +120,7 @@ def _optimistic(flow: Callable[[Deps, StepContext, bool], Awaitable[None]]) -> F
 
 async def _run_for(conn: AsyncConnection, ctx: StepContext, claimed: bool) -> Run:
     c = ctx.claim
-    return await claimed_run(conn, ctx.run) if claimed else await lock_run(conn, c.tenant_id, c.run_id)
+    return ctx.run if claimed else await lock_run(conn, c.tenant_id, c.run_id)
 
 
 async def _exhausted(deps: Deps, ctx: StepContext, exc: BudgetExhaustedError) -> None:

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,6 +20,7 @@ from ira.core.errors import NotFoundError
 from ira.core.operation import Operation
 from ira.core.states import OPERATION_TRANSITIONS, OperationFact, OperationHandling
 from ira.core.ticket import Ticket
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import operations
 
 _op = operations.c
@@ -35,7 +35,7 @@ def _model(row: Any) -> Operation:
 async def record_intent(conn: AsyncConnection, op: Operation) -> Operation:
     """C4, first half: the intent with its stable key; the same key again returns the first.
     One statement (``ON CONFLICT DO NOTHING RETURNING``), no savepoint: a conflict is read, not caught."""
-    written = (await conn.execute(_INSERT_INTENT[conn.dialect.name == "postgresql"],
+    written = (await conn.execute(_INSERT_INTENT.on(conn),
                                   {**op.model_dump(), "deadline_at": None})).first()
     if written is not None:
         return op
@@ -45,9 +45,7 @@ async def record_intent(conn: AsyncConnection, op: Operation) -> Operation:
     return existing
 
 
-_INSERT_INTENT = {postgres: (postgresql if postgres else sqlite).insert(operations).on_conflict_do_nothing()
-                  .returning(_op.operation_id) for postgres in (False, True)}
-"""Built once per dialect (False: SQLite)."""
+_INSERT_INTENT = InsertNew(operations, _op.operation_id)
 
 
 async def find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Operation | None:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
-from sqlalchemy import event
 
 from ira.core.artifact import ArtifactRef
 from ira.core.errors import NotFoundError
@@ -14,35 +10,22 @@ from ira.runtime.store import artifacts
 from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
 from tests.contracts.test_store import T0
+from tests.store_fixtures import statements
 
 JSON = "application/json"
-
-
-@contextmanager
-def counting(db: Database) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def seen(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
-        statements.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
-    try:
-        yield statements
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
 
 
 async def test_a_committed_artifact_is_read_and_put_again_without_sql_but_only_by_its_tenant(db: Database) -> None:
     async with db.transaction() as conn:
         ref = await artifacts.put_artifact(conn, "acme", b'{"a": 1}', media_type=JSON, max_bytes=100, at=T0)
-    with counting(db) as statements:
+    with statements(db) as seen:
         async with db.reader() as conn:
             assert await artifacts.get_artifact(conn, "acme", ref.ref) == (ref, b'{"a": 1}')
         async with db.transaction() as conn:
             again = await artifacts.put_artifact(conn, "acme", b'{"a": 1}', media_type="text/plain", max_bytes=100,
                                                  at=T0)
     assert again == ref  # the first put's metadata
-    assert not [s for s in statements if "artifacts" in s]
+    assert not [s for s in seen if "artifacts" in s]
     async with db.reader() as conn:
         with pytest.raises(NotFoundError):
             await artifacts.get_artifact(conn, "globex", ref.ref)

@@ -20,8 +20,8 @@ from ira.core.states import RunState, StepState
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
-from tests.contracts.test_artifact_cache import counting
 from tests.contracts.test_store import LEASE, T0, _claim, create, event_seqs
+from tests.store_fixtures import statements
 
 
 def finishing(run_id: str, claim: Claim, *, version: int = 1, step_state: StepState | None = StepState.DONE
@@ -65,10 +65,10 @@ async def test_a_fence_that_finishes_its_own_step_costs_no_read(db: Database) ->
     run = await create(db)
     claim = await _claim(db, run.run_id, "w", T0)
     assert claim is not None
-    with counting(db) as statements:
+    with statements(db) as seen:
         async with db.transaction() as conn:
             await runs.commit(conn, finishing(run.run_id, claim), at=T0)
-    assert not [s for s in statements if s.lstrip().upper().startswith("SELECT steps.owner_epoch".upper())]
+    assert not [s for s in seen if s.lstrip().upper().startswith("SELECT steps.owner_epoch".upper())]
     async with db.reader() as conn:
         assert (await steps.get_step(conn, "acme", run.run_id, "metrics")).state == StepState.DONE
 
@@ -106,9 +106,9 @@ class _RunReader:
         return "reader"
 
     async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
-        with counting(self.db) as statements:
+        with statements(self.db) as executed:
             run = await runs.get_run(conn, message.envelope.tenant_id, message.envelope.payload["run_id"])
-        self.seen.append((run, statements))
+        self.seen.append((run, executed))
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None: ...
 
@@ -125,7 +125,7 @@ async def test_a_listener_reads_the_run_its_commit_wrote_without_a_statement(db:
             committed = await runs.commit(conn, finishing(run.run_id, claim), at=T0)  # readies the join
     async with db.reader() as conn:
         stored = await runs.get_run(conn, "acme", run.run_id)
-    assert [(seen, statements) for seen, statements in reader.seen] == [(committed, [])]
+    assert [(seen, executed) for seen, executed in reader.seen] == [(committed, [])]
     assert committed == stored and committed.last_seq == 3
 
 
@@ -149,14 +149,14 @@ async def test_the_attempt_a_fenced_commit_finishes_ends_in_the_steps_update_on_
     run = await create(db)
     claim = await _claim(db, run.run_id, "w", T0)
     assert claim is not None
-    with running(claim) as attempt, counting(db) as statements:
+    with running(claim) as attempt, statements(db) as seen:
         async with db.transaction() as conn:
             await runs.commit(conn, finishing(run.run_id, claim), at=T0)
-    attempt_updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE ATTEMPTS")]
+    attempt_updates = [s for s in seen if s.lstrip().upper().startswith("UPDATE ATTEMPTS")]
     # the step's UPDATE (+ the attempt's end on PostgreSQL), the plan read for promotions, the run's
     # compare-and-set, the join made ready, the events, the join's wake-up; SQLite: + the attempt's end
     postgres = db.engine.dialect.name == "postgresql"
-    assert (len(statements), len(attempt_updates)) == ((6, 0) if postgres else (7, 1))
+    assert (len(seen), len(attempt_updates)) == ((6, 0) if postgres else (7, 1))
     assert attempt.ended
     async with db.reader() as conn:
         assert await _ended_at(conn, claim) == ("finished", T0)

@@ -8,10 +8,8 @@ one run issues, on SQLite and PostgreSQL, and pin the reads that went away.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from ira.coordinator import facts, records
 from ira.core.commit import EventDraft, RunCommit
@@ -22,21 +20,7 @@ from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
 from tests.coordinator.harness import T0, build, decision, envelope
-
-
-@contextmanager
-def statements(db: Database) -> Iterator[list[str]]:
-    """Every SQL statement ``db`` executes while the block runs, whitespace folded."""
-    seen: list[str] = []
-
-    def record(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
-        seen.append(re.sub(r"\s+", " ", statement))
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+from tests.store_fixtures import statements
 
 
 def reads(seen: list[str], table: str) -> list[str]:

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
@@ -36,6 +35,7 @@ from tests.coordinator.gated import GatedTickets
 from tests.coordinator.harness import T0, Pump, api, auth, config, decision, envelope
 from tests.coordinator.scripted import ScriptedInvestigators
 from tests.coordinator.test_approvals import decide, waiting_for_approval
+from tests.store_fixtures import statements
 
 
 class Trail:
@@ -166,25 +166,17 @@ async def test_a_second_intent_with_the_same_key_returns_the_first_in_one_statem
     first = Operation(operation_id="op_first", tenant_id="acme", run_id=run_id, step_id="create_ticket",
                       kind="create_ticket", idempotency_key="sha256:k", payload_hash="sha256:draft",
                       fact_state=OperationFact.INTENT_RECORDED, owner_epoch=1, created_at=T0, updated_at=T0)
-    statements: list[str] = []
-
-    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
-        statements.append(statement)
-
     async with db.transaction() as conn:
         assert await operations.record_intent(conn, first) == first
         # When another owner records the same intent (same key) in a transaction that goes on
-        event.listen(db.engine.sync_engine, "before_cursor_execute", note)
-        try:
+        with statements(db) as seen:
             again = await operations.record_intent(conn, first.model_copy(update={"operation_id": "op_twin",
                                                                                   "owner_epoch": 2}))
-        finally:
-            event.remove(db.engine.sync_engine, "before_cursor_execute", note)
         after = await operations.get_operation(conn, "acme", "op_first")
     # Then it gets the first back, with no savepoint spent on the conflict, and the transaction is intact
     assert (again.operation_id, again.owner_epoch, after.operation_id) == ("op_first", 1, "op_first")
-    assert not [s for s in statements if "SAVEPOINT" in s.upper()]
-    assert len(statements) == 2  # the conflicting insert and the read of the first
+    assert not [s for s in seen if "SAVEPOINT" in s.upper()]
+    assert len(seen) == 2  # the conflicting insert and the read of the first
 
 
 async def test_a_receipt_confirms_an_operation_in_doubt_without_reading_it_back(db: Database) -> None:
@@ -196,25 +188,16 @@ async def test_a_receipt_confirms_an_operation_in_doubt_without_reading_it_back(
                    fact_state=OperationFact.INTENT_RECORDED, owner_epoch=1, created_at=T0, updated_at=T0)
     ticket = Ticket(tenant_id="acme", key="INC-9", idempotency_key="sha256:sent", payload_hash="sha256:p",
                     title="t", system="builtin", created_at=T0)
-    reads: list[str] = []
-
-    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM operations" in statement:
-            reads.append(statement)
-
     async with db.transaction() as conn:
         await operations.record_intent(conn, op)
         assert await operations.move(conn, op, to=OperationFact.SUBMITTED, at=T0)
         run = await runs.get_run(conn, "acme", run_id)
         # When its receipt is recorded
-        event.listen(db.engine.sync_engine, "before_cursor_execute", note)
-        try:
+        with statements(db) as seen:
             confirmed = await confirm(conn, run, op, ticket, adopted=False, epoch=1, config=deps.config, at=T0)
-        finally:
-            event.remove(db.engine.sync_engine, "before_cursor_execute", note)
         stored = await operations.get_operation(conn, "acme", "op_sent")
     # Then it is confirmed by its compare-and-set alone, and the confirmation says what was stored
-    assert reads == []
+    assert [q for q in seen if q.lstrip().upper().startswith("SELECT") and "FROM operations" in q] == []
     assert (stored.fact_state, stored.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-9")
     assert (confirmed.operation.fact_state, confirmed.operation.external_ref) == (stored.fact_state, "INC-9")
     assert [e.type for e in confirmed.events] == ["OPERATION_CONFIRMED"]

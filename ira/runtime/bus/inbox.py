@@ -14,13 +14,13 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import Clock
 from ira.core.envelope import Envelope
 from ira.runtime.bus.record import InboxHandler, Outcome, RecordMeta
 from ira.runtime.store.database import Database
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import inbox
 
 InboxKey = tuple[str, str]
@@ -52,13 +52,11 @@ async def record_inbox_many(
     rows = [{"tenant_id": t, "consumer": consumer, "message_id": m, "received_at": at} for t, m in dict.fromkeys(keys)]
     # Parameters as a list (SQLAlchemy's "insertmanyvalues"), not .values(rows): one compiled
     # statement for every batch size instead of one compile per distinct row count.
-    result = await conn.execute(_INSERT_NEW[conn.dialect.name == "postgresql"], rows)
+    result = await conn.execute(_INSERT_NEW.on(conn), rows)
     return {(row.tenant_id, row.message_id) for row in result}
 
 
-_INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(inbox).on_conflict_do_nothing()
-               .returning(inbox.c.tenant_id, inbox.c.message_id) for postgres in (False, True)}
-"""``record_inbox_many``'s statement per dialect (False: SQLite), built once, not per batch."""
+_INSERT_NEW = InsertNew(inbox, inbox.c.tenant_id, inbox.c.message_id)
 
 
 class BatchItemError(Exception):

@@ -11,16 +11,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import bindparam, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.artifact import ArtifactRef, content_hash
 from ira.core.errors import ArtifactTooLargeError, NotFoundError
 from ira.runtime.store.artifact_cache import cache_of, remember
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import artifacts
 
-_INSERT = {pg: (postgresql if pg else sqlite).insert(artifacts).on_conflict_do_nothing().returning(artifacts.c.ref)
-           for pg in (False, True)}
+_INSERT = InsertNew(artifacts, artifacts.c.ref)
 _SELECT = select(artifacts).where(artifacts.c.tenant_id == bindparam("k_tenant"), artifacts.c.ref == bindparam("k_ref"))
 
 
@@ -35,7 +34,7 @@ async def put_artifact(
     if (cached := cache_of(conn).get(tenant_id, ref)) is not None:
         return cached[0]
     meta = ArtifactRef(tenant_id=tenant_id, ref=ref, media_type=media_type, size=len(body), created_at=at)
-    inserted = (await conn.execute(_INSERT[conn.dialect.name == "postgresql"], {
+    inserted = (await conn.execute(_INSERT.on(conn), {
         "tenant_id": tenant_id, "ref": ref, "media_type": media_type, "size": len(body), "body": body,
         "created_at": at})).first()
     if inserted is None:

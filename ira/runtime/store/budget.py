@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy import BigInteger, and_, bindparam, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
 from ira.core.budget import ROOT_SCOPE, BudgetBalance, BudgetDimension, Reservation
 from ira.core.errors import BudgetExhaustedError, NotFoundError
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import budget_accounts, budget_reservations
 
 _acc = budget_accounts.c
@@ -34,7 +34,7 @@ def _account(tenant_id: str, run_id: str, scope: str, dimension: BudgetDimension
                 _acc.dimension == dimension)
 
 
-# Prebuilt statements (see steps.py on why); the inserts per dialect (False: SQLite).
+# Prebuilt statements (see steps.py on why).
 _ACCOUNT_KEY = and_(_acc.tenant_id == bindparam("k_tenant"), _acc.run_id == bindparam("k_run"),
                     _acc.scope == bindparam("k_scope"), _acc.dimension == bindparam("k_dim"))
 _AMOUNT = bindparam("n_amount", type_=BigInteger)
@@ -44,8 +44,7 @@ _CHARGE = update(budget_accounts).where(_ACCOUNT_KEY, _acc.limit_amount - _acc.s
     .values(settled=_acc.settled + _AMOUNT)
 _UNHOLD = update(budget_accounts).where(_ACCOUNT_KEY).values(
     reserved=_acc.reserved - _AMOUNT, settled=_acc.settled + bindparam("n_used", type_=BigInteger))
-_INSERT_RESERVATIONS = {pg: (postgresql if pg else sqlite).insert(budget_reservations).on_conflict_do_nothing()
-                        .returning(_res.reservation_id) for pg in (False, True)}
+_INSERT_RESERVATIONS = InsertNew(budget_reservations, _res.reservation_id)
 _INSERT_ACCOUNTS = insert(budget_accounts)
 _SETTLE = update(budget_reservations).where(
     _res.tenant_id == bindparam("k_tenant"), _res.reservation_id == bindparam("k_rid"), _res.state == "reserved",
@@ -80,7 +79,7 @@ async def _insert_reservations(conn: AsyncConnection, rows: list[dict[str, objec
     """Insert the reservations not there yet; the ids of those inserted (the others are retries)."""
     if not rows:
         return set()
-    result = await conn.execute(_INSERT_RESERVATIONS[conn.dialect.name == "postgresql"], rows)
+    result = await conn.execute(_INSERT_RESERVATIONS.on(conn), rows)
     return {r.reservation_id for r in result}
 
 

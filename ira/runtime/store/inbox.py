@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.errors import DuplicateMessageError
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import inbox
 
 
@@ -24,12 +24,10 @@ async def record_inbox(
     no database error, so the surrounding transaction stays usable without a savepoint (an
     error would abort the whole transaction on PostgreSQL).
     """
-    result = await conn.execute(_INSERT[conn.dialect.name == "postgresql"], {
+    result = await conn.execute(_INSERT.on(conn), {
         "tenant_id": tenant_id, "consumer": consumer, "message_id": message_id, "received_at": at})
     if result.first() is None:
         raise DuplicateMessageError(f"{consumer} already applied {message_id}")
 
 
-_INSERT = {pg: (postgresql if pg else sqlite).insert(inbox).on_conflict_do_nothing().returning(inbox.c.message_id)
-           for pg in (False, True)}
-"""``record_inbox``'s statement per dialect (False: SQLite), built once."""
+_INSERT = InsertNew(inbox, inbox.c.message_id)

@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, bindparam, exists, func, insert, or_, select, union_all, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.runtime.store.database import settle_taken, take_written
+from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.schema import inbox, outbox
 
 MessageKey = tuple[str, str]
@@ -96,7 +96,7 @@ async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], 
     if not messages:
         return set()
     rows = {(m.envelope.tenant_id, m.envelope.message_id): _row(m, at) for m in messages}  # one per id
-    result = await conn.execute(_INSERT_NEW[conn.dialect.name == "postgresql"], list(rows.values()))
+    result = await conn.execute(_INSERT_NEW.on(conn), list(rows.values()))
     written = {(row.tenant_id, row.message_id) for row in result}
     if any(m.urgent for m in messages):  # announced once committed (eager triage); no listener takes an alert
         take_written(conn, [m for m in messages if m.urgent and (m.envelope.tenant_id, m.envelope.message_id)
@@ -119,10 +119,9 @@ async def has_older_pending(conn: AsyncConnection, message: OutboxMessage, *, co
     return found.first() is not None
 
 
-_INSERT_NEW = {postgres: (postgresql if postgres else sqlite).insert(outbox).on_conflict_do_nothing()
-               .returning(outbox.c.tenant_id, outbox.c.message_id) for postgres in (False, True)}
-"""``enqueue_new``'s statement per dialect (False: SQLite), built once: building and keying a
-statement per call cost more CPU than SQLAlchemy's compiled-statement cache saves."""
+_INSERT_NEW = InsertNew(outbox, outbox.c.tenant_id, outbox.c.message_id)
+"""``enqueue_new``'s statement, built once (``InsertNew``)."""
+
 
 def _claimable(now: Any) -> Any:
     return and_(outbox.c.sent_at.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now))

@@ -30,7 +30,7 @@ from ira.core.states import FINISHED_STEP_STATES, STEP_TRANSITIONS, StepState, c
 from ira.runtime.store.database import after_commit, tells_commit
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
-from ira.runtime.store.steps import _STEP_KEY, RunningAttempt, _key_params, attempt_ended_by, check_fence, get_step
+from ira.runtime.store.steps import STEP_KEY, RunningAttempt, attempt_ended_by, check_fence, get_step, step_key_params
 from ira.runtime.wakeup import step_wakeup
 
 _PLAN_AND_ENVIRONMENT = select(steps, runs.c.environment).join(runs, and_(
@@ -55,7 +55,7 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
         values.update(owner=None, lease_until=None)
     if with_depends_on:
         values["depends_on"] = bindparam("new_depends_on", type_=steps.c.depends_on.type)
-    where = [_STEP_KEY, steps.c.state.in_(bindparam("sources", expanding=True))]
+    where = [STEP_KEY, steps.c.state.in_(bindparam("sources", expanding=True))]
     if fenced:
         where.append(steps.c.owner_epoch == bindparam("k_epoch"))
     return update(steps).where(*where).values(**values)
@@ -139,7 +139,7 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
                      fence: Fence | None = None, ending: RunningAttempt | None = None) -> None:
     """One conditional UPDATE (with ``ending``: and the attempt's end, in the same statement);
     only a refusal reads the step, to raise the precise error."""
-    params: dict[str, object] = {**_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
+    params: dict[str, object] = {**step_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
                                  "now": at, "sources": _sources_of(change.state)}
     if change.result_ref is not None:
         params["new_result_ref"] = change.result_ref

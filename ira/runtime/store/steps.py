@@ -38,16 +38,16 @@ def _key(tenant_id: str, run_id: str, step_id: str):  # type: ignore[no-untyped-
 # The statements every step runs are built once, with bound parameters. Building a SQLAlchemy
 # statement (coercing every operand) and deriving its cache key took ~1.4 ms for the claim
 # UPDATE on this machine, more than executing it; a prebuilt statement memoizes its cache key.
-_STEP_KEY = and_(steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
-                 steps.c.step_id == bindparam("k_step"))
-_SELECT_STEP = select(steps).where(_STEP_KEY)
+STEP_KEY = and_(steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
+                steps.c.step_id == bindparam("k_step"))
+_SELECT_STEP = select(steps).where(STEP_KEY)
 _SELECT_PLAN = select(steps).where(steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run")) \
     .order_by(steps.c.step_id)
 _INSERT_ATTEMPT = insert(attempts)
 _INSERT_STEPS = insert(steps)
 
 
-def _key_params(tenant_id: str, run_id: str, step_id: str) -> dict[str, object]:
+def step_key_params(tenant_id: str, run_id: str, step_id: str) -> dict[str, object]:
     return {"k_tenant": tenant_id, "k_run": run_id, "k_step": step_id}
 
 
@@ -69,7 +69,7 @@ async def add_steps(conn: AsyncConnection, tenant_id: str, run_id: str, new_step
 
 
 async def get_step(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> Step:
-    row = (await conn.execute(_SELECT_STEP, _key_params(tenant_id, run_id, step_id))).first()
+    row = (await conn.execute(_SELECT_STEP, step_key_params(tenant_id, run_id, step_id))).first()
     if row is None:
         raise NotFoundError(f"step {run_id}/{step_id} not found")
     return step_from_row(row)
@@ -90,7 +90,7 @@ def _claimable(now: Any):  # type: ignore[no-untyped-def]
     return and_(or_(ready, abandoned), run_open)
 
 
-_CLAIM = (update(steps).where(_STEP_KEY, _claimable(bindparam("now")))
+_CLAIM = (update(steps).where(STEP_KEY, _claimable(bindparam("now")))
           .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease_until"),
                   owner_epoch=steps.c.owner_epoch + 1, state=StepState.RUNNING, updated_at=bindparam("now"))
           .returning(*steps.c))
@@ -102,17 +102,17 @@ _CLAIM_AND_START = select(_claimed).add_cte(insert(attempts).from_select(
            bindparam("now", type_=attempts.c.started_at.type), literal({}, type_=attempts.c.usage.type)),
 ).cte("started"))
 """PostgreSQL's claim: the UPDATE and the attempt's INSERT in one statement, the step row out."""
-_HELD = and_(_STEP_KEY, steps.c.owner_epoch == bindparam("k_epoch"), steps.c.state == StepState.RUNNING)
+_HELD = and_(STEP_KEY, steps.c.owner_epoch == bindparam("k_epoch"), steps.c.state == StepState.RUNNING)
 _HEARTBEAT = update(steps).where(_HELD).values(lease_until=bindparam("new_lease_until"), updated_at=bindparam("now"))
 _RELEASE = update(steps).where(_HELD).values(state=StepState.READY, owner=None, lease_until=None,
                                              updated_at=bindparam("now"))
-_LOCK_EPOCH = select(steps.c.owner_epoch).where(_STEP_KEY).with_for_update()
+_LOCK_EPOCH = select(steps.c.owner_epoch).where(STEP_KEY).with_for_update()
 _SELECT_ENVIRONMENT = select(runs.c.environment).where(runs.c.tenant_id == bindparam("k_tenant"),
                                                        runs.c.run_id == bindparam("k_run"))
 
 
 def _claim_params(claim: Claim) -> dict[str, object]:
-    return {**_key_params(claim.tenant_id, claim.run_id, claim.step_id), "k_epoch": claim.owner_epoch}
+    return {**step_key_params(claim.tenant_id, claim.run_id, claim.step_id), "k_epoch": claim.owner_epoch}
 
 
 @cache
@@ -139,7 +139,7 @@ async def claim_step_as(
     """``claim_step``, with the step as claimed: the claim's UPDATE returns its row. On
     PostgreSQL the attempt's INSERT rides in the same statement (a data-modifying CTE)."""
     lease_until, attempt_id = now + lease, new_id("att")
-    params = {**_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
+    params = {**step_key_params(tenant_id, run_id, step_id), "now": now, "new_owner": owner,
               "new_lease_until": lease_until}
     if conn.dialect.name == "postgresql":
         row = (await conn.execute(_CLAIM_AND_START, {**params, "new_attempt": attempt_id})).first()
@@ -252,7 +252,7 @@ def attempt_ended_by(change: RunCommit) -> RunningAttempt | None:
 
 async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> None:
     """Lock the fenced step and verify its epoch: a newer claim can't slip in before commit."""
-    epoch = (await conn.execute(_LOCK_EPOCH, _key_params(tenant_id, run_id, fence.step_id))).scalar()
+    epoch = (await conn.execute(_LOCK_EPOCH, step_key_params(tenant_id, run_id, fence.step_id))).scalar()
     if epoch is None:
         raise NotFoundError(f"step {run_id}/{fence.step_id} not found")
     if epoch != fence.owner_epoch:
