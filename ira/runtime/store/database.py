@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
@@ -142,6 +143,25 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
             dbapi_connection.rollback()
 
 
+def _install_postgres_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        """A pooled connection the server closed (a restart, a failover, a terminated backend)
+        is replaced before anything uses it: the pool takes the DisconnectionError as its cue
+        to open a new one.
+
+        This is the check ``pool_pre_ping`` made with three round trips (BEGIN, an empty
+        statement, ROLLBACK) on every checkout, a quarter of a durable step's trips; asyncpg
+        learns of the close from the socket, which the event loop reads while the connection
+        idles in the pool, so asking it costs none. A connection cut so recently that its close
+        is not read yet fails its first statement instead, as it could between a ping and that
+        statement: SQLAlchemy reports a disconnect (``connection_invalidated``), which the
+        callers retry (``bus.record.is_lost_connection``, the group commit), and drops the
+        pool's other connections opened before it."""
+        if dbapi_connection.driver_connection.is_closed():
+            raise DisconnectionError("the server closed this pooled connection")
+
+
 def _tell_abandoned(written: _Written) -> None:
     by_listener: dict[int, tuple[CommitListener, list[OutboxMessage]]] = {}
     for listener, message in written.taken.values():
@@ -175,12 +195,14 @@ class Database:
             options["connect_args"] = {"timeout": 30, "check_same_thread": False}
             options["pool_reset_on_return"] = None  # _on_reset rolls back what is still open
         else:
-            options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            options.update(pool_size=pool_size, max_overflow=pool_size)  # no pre-ping: _on_checkout
             if schema:
                 options["connect_args"] = {"server_settings": {"search_path": schema}}
         engine = create_async_engine(url, **options)
         if engine.dialect.name == "sqlite":
             _install_sqlite_hooks(engine)
+        else:
+            _install_postgres_hooks(engine)
         return cls(engine)
 
     @asynccontextmanager
