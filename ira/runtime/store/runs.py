@@ -26,6 +26,7 @@ from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
+from ira.runtime.store.folded_cas import bump_with_events, event_params
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
@@ -88,7 +89,8 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     finishing = {c.step_id: c.state for c in change.steps}
     rest, attempt_ended = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
     rest = await with_promotions(conn, rest, finishing, at=at)
-    row = await _bump_version(conn, rest, at=at)
+    fold_events = conn.dialect.name == "postgresql" and bool(rest.events)  # folded_cas
+    row = await _bump_version(conn, rest, at=at, with_events=fold_events)
     if row is None:
         await _explain_refusal(conn, rest)
     run = run_from_row(row)
@@ -96,8 +98,9 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps, at=at)
     if not attempt_ended:
         await end_attempt_in_commit(conn, change, at=at)
-    first_seq = run.last_seq - len(rest.events) + 1
-    await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
+    if not fold_events:
+        first_seq = run.last_seq - len(rest.events) + 1
+        await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
     await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
     return run
 
@@ -123,7 +126,10 @@ def _sources_of(target: RunState) -> list[RunState]:
     return [s for s, nxt in RUN_TRANSITIONS.items() if target in nxt and s != target] + [target]
 
 
-async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Row[Any] | None:
+async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False
+                        ) -> Row[Any] | None:
+    """The compare-and-set: the run's new row, or None if refused. ``with_events`` (PostgreSQL):
+    the change's events are appended by the same statement (``folded_cas``)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
@@ -131,6 +137,9 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
     statement = _bump_statement(change.state is not None, change.outcome is not None)
+    if with_events:
+        params.update(event_params(change.events, SHAPES))
+        return (await conn.execute(bump_with_events(statement), params)).first()
     return (await conn.execute(statement, params)).first()
 
 
