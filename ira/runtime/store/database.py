@@ -23,7 +23,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
-from ira.runtime.store import sqlite_driver
+from ira.runtime.store import sqlite_driver, sqlite_fast
 
 log = logging.getLogger(__name__)
 _WRITTEN = "ira_outbox_written"
@@ -246,7 +246,7 @@ class Database:
             async with self.engine.begin() as conn:
                 yield conn
             return
-        async with self._write_lock, self.engine.connect() as conn:
+        async with self._write_lock, sqlite_fast.FastConnection(self.engine) as conn:
             adapted = (await conn.get_raw_connection()).dbapi_connection
             await sqlite_driver.begin_writing(adapted)  # type: ignore[arg-type]
             try:

@@ -40,6 +40,11 @@ _INSERT_EVENTS = insert(events)
 _ENQUEUED_RUN = "ira_enqueued_run"
 
 
+_INSERT_TASK = insert(tasks)
+_INSERT_RUN = insert(runs)
+"""Built once (see timers._INSERT): the same statement object each run."""
+
+
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_checked: bool = False
                      ) -> tuple[Run, bool]:
     """C1: task, run, steps, first events and outbox in the caller's transaction.
@@ -51,8 +56,8 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
     lookup = new.idempotency_key and not key_checked
     if lookup and (existing := await _find_by_key(conn, new.tenant_id, str(new.idempotency_key))):
         return existing, False
-    await conn.execute(insert(tasks).values(
-        tenant_id=new.tenant_id, task_id=new.task_id, kind=new.task_kind, subject_ref=new.subject_ref, created_at=at))
+    await conn.execute(_INSERT_TASK, {"tenant_id": new.tenant_id, "task_id": new.task_id, "kind": new.task_kind,
+                                      "subject_ref": new.subject_ref, "created_at": at})
     values = {
         "tenant_id": new.tenant_id, "run_id": new.run_id, "task_id": new.task_id, "workflow": new.workflow,
         "environment": new.environment, "state": new.state, "wait_kind": None, "state_version": 1,
@@ -61,7 +66,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
         "created_at": at, "updated_at": at, "traceparent": new.traceparent,
     }
     try:
-        await conn.execute(insert(runs).values(**values))
+        await conn.execute(_INSERT_RUN, values)
     except IntegrityError as exc:  # the transaction is spoiled; the caller retries and finds the run
         raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
     await insert_steps(conn, new, at=at)

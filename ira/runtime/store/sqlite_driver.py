@@ -29,7 +29,7 @@ BUSY_TIMEOUT_MS = 10_000
 """How long a statement waits for another process's lock before "database is locked"."""
 
 
-def _run_statement(conn: sqlite3.Connection, operation: str, parameters: Any, many: bool) -> tuple[Any, ...]:
+def run_statement(conn: sqlite3.Connection, operation: str, parameters: Any, many: bool) -> tuple[Any, ...]:
     """On aiosqlite's thread: execute, fetch, close; hand back what the cursor knew."""
     cursor = conn.cursor()
     try:
@@ -74,14 +74,14 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
 
     async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
         if self._adapt_connection.inline:  # type: ignore[attr-defined]  # always a OneHopConnection
-            description, rows, self._rowcount, self._lastrowid = _run_statement(
+            description, rows, self._rowcount, self._lastrowid = run_statement(
                 self._connection._conn, operation, parameters, many)
             self._description = description
             self._rows = collections.deque(rows)
             return
         async with self._adapt_connection._execute_mutex:
             description, rows, self._rowcount, self._lastrowid = await self._connection._execute(
-                _run_statement, self._connection._conn, operation, parameters, many)
+                run_statement, self._connection._conn, operation, parameters, many)
             self._description = description
             self._rows = collections.deque(rows)
 

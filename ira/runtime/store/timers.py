@@ -23,8 +23,13 @@ class Timer(Model):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
+_INSERT = insert(timers)
+"""Built once: a statement built per call pays SQLAlchemy's coercion and cache key each time, and
+only a statement object that comes back runs from a compiled plan on SQLite (sqlite_fast)."""
+
+
 async def schedule_timer(conn: AsyncConnection, timer: Timer) -> None:
-    await conn.execute(insert(timers).values(**timer.model_dump(), fired_at=None))
+    await conn.execute(_INSERT, {**timer.model_dump(), "fired_at": None})
 
 
 async def due_timers(conn: AsyncConnection, *, now: datetime, limit: int) -> list[Timer]:

@@ -1,0 +1,117 @@
+"""Benchmark: CPU per run on the start path, decision -> WAITING(approval), ira alone (JSON lines).
+
+Usage: python bench/start_cpu.py [--ops N] [--probe P] [--database-url postgresql://...]
+                                 [--profile out.prof] [--top K]
+
+bench/engine.py's ira engine (coordinator, instant investigators, relay and scanner in this
+process, the embedded broker beside it), warmed up, then ``--probe`` runs one at a time and a
+burst of ``--ops``. For each: runs/s, p50/p99, this process's CPU ms per run (every thread:
+the event loop and aiosqlite's connection threads; the broker's CPU is not counted) and store
+statements per run (a ``before_cursor_execute`` count). CPU is the figure to compare between
+two trees on a shared machine: wall-clock runs/s follows the load beside it, CPU per run much
+less. With ``--profile`` the burst runs under cProfile (event loop thread only; its CPU figure
+then includes the profiler's cost) and the ``--top`` functions by own time go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import runs as incident_runs
+from engine_ira import TENANT, IraEngine, ira_engine
+from sqlalchemy import event
+
+from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.admin import ensure_topics
+from ira.runtime.store.database import Database
+
+
+class Statements:
+    """Counts statements sent to the database (every connection of the engine's pool). Off
+    unless ``--statements``: an engine event sends every statement through SQLAlchemy's event
+    dispatch, which costs CPU of its own."""
+
+    def __init__(self, db: Database, on: bool) -> None:
+        self.count = 0
+        if on:
+            event.listen(db.engine.sync_engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *_: Any) -> None:
+        self.count += 1
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps({"bench": "start_cpu", **fields}), flush=True)
+
+
+async def measured(backend: str, mode: str, statements: Statements,
+                   work: Callable[[], Awaitable[list[float]]]) -> None:
+    """Run ``work`` (ms per run to the wait), emit runs/s, latencies, CPU and statements per run."""
+    cpu, wall, before = time.process_time(), time.perf_counter(), statements.count
+    latencies = await work()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    n = max(1, len(latencies))
+    emit(backend=backend, mode=mode, runs=len(latencies), runs_per_s=round(len(latencies) / wall, 1),
+         p50_ms=round(incident_runs.percentile(latencies, 0.5), 1),
+         p99_ms=round(incident_runs.percentile(latencies, 0.99), 1),
+         cpu_ms_per_run=round(cpu * 1000 / n, 2),
+         **({"statements_per_run": round((statements.count - before) / n, 1)} if statements.count else {}))
+
+
+async def sequential(engine: IraEngine, probe: int) -> list[float]:
+    return [await engine.one_run_ms() for _ in range(probe)]
+
+
+async def burst(engine: IraEngine, ops: int, profile: str | None, top: int) -> list[float]:
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    try:
+        latencies, _ = await engine.burst(ops)
+    finally:
+        if profiler:
+            profiler.disable()
+    if profiler and profile:
+        profiler.dump_stats(profile)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(top)
+    return latencies
+
+
+async def main(args: argparse.Namespace) -> None:
+    backends = ["sqlite"] + (["postgresql"] if args.database_url else [])
+    with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
+        async with EmbeddedKafka(Path(tmp) / "kafka") as kafka:
+            await ensure_topics(kafka.bootstrap, incident_runs.ENV, partitions=args.partitions)
+            for backend in backends:
+                async with ira_engine(backend, args.database_url, Path(tmp), kafka.bootstrap) as engine:
+                    statements = Statements(engine.db, args.statements)
+                    await engine.to_waiting(incident_runs.decisions(5, TENANT))  # warm caches past the first run
+                    await measured(backend, "sequential", statements, lambda e=engine: sequential(e, args.probe))
+                    await measured(backend, "burst", statements,
+                                   lambda e=engine: burst(e, args.ops, args.profile, args.top))
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=200, help="runs in the burst")
+    parser.add_argument("--probe", type=int, default=20, help="runs one at a time")
+    parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--statements", action="store_true", help="count statements per run")
+    parser.add_argument("--profile", help="cProfile the burst into this file")
+    parser.add_argument("--top", type=int, default=60, help="functions printed with --profile")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

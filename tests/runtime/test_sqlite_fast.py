@@ -1,0 +1,117 @@
+"""A SQLite write transaction runs a statement it saw before from its compiled plan (sqlite_fast).
+
+What must hold: the plan's rows, types (aware datetimes, decoded JSON), keys, rowcount and
+errors are SQLAlchemy's; what the plan cannot express (a caller's ``IN`` list, connection
+events) takes SQLAlchemy's path and still works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ira.runtime.store import sqlite_fast
+from ira.runtime.store.database import Database
+from ira.runtime.store.schema import UtcDateTime
+from tests.store_fixtures import statements
+
+_meta = MetaData()
+things = Table(
+    "fast_things", _meta,
+    Column("id", String(16), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("at", UtcDateTime(), nullable=False),
+    Column("data", JSON, nullable=False),
+)
+INSERT = insert(things)
+BY_ID = select(things).where(things.c.id == bindparam("k_id"))
+LIVE = select(things.c.id, things.c.n).where(things.c.state.in_(("new", "open"))).order_by(things.c.id)
+AMONG = select(things.c.id).where(things.c.id.in_(bindparam("ids", expanding=True))).order_by(things.c.id)
+BUMP = update(things).where(things.c.state == "open").values(n=things.c.n + bindparam("by"))
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def _row(i: int, state: str = "open") -> dict[str, object]:
+    return {"id": f"t{i}", "state": state, "n": i, "at": T0 + timedelta(seconds=i), "data": {"i": i, "tags": ["a"]}}
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database.create(f"sqlite:///{tmp_path / 'fast.db'}")
+    async with db.transaction() as conn:
+        await conn.run_sync(_meta.create_all)
+    yield db
+    await db.close()
+
+
+def _planned(statement: object) -> bool:
+    return any(known[0] is statement and known[1] is not None for known in sqlite_fast._PLANS.plans.values())
+
+
+async def test_a_statement_seen_again_runs_from_its_plan_with_sqlalchemys_rows(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        for i in range(3):
+            await conn.execute(INSERT, _row(i))
+        first = (await conn.execute(BY_ID, {"k_id": "t1"})).one()
+        again = (await conn.execute(BY_ID, {"k_id": "t1"})).one()
+    assert _planned(BY_ID) and _planned(INSERT)
+    assert again == first and again._fields == first._fields
+    assert again.at == T0 + timedelta(seconds=1) and again.at.tzinfo is not None
+    assert again.data == {"i": 1, "tags": ["a"]}
+    async with sqlite_db.reader() as conn:  # what the plans wrote, read through SQLAlchemy
+        assert (await conn.execute(select(things.c.id).order_by(things.c.id))).scalars().all() == ["t0", "t1", "t2"]
+
+
+async def test_a_planned_update_reports_its_rowcount(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, [_row(1), _row(2), _row(3, state="done")])
+        counts = [(await conn.execute(BUMP, {"by": 10})).rowcount for _ in range(3)]
+        assert counts == [2, 2, 2] and _planned(BUMP)
+        assert (await conn.execute(LIVE)).all() == [("t1", 31), ("t2", 32)]
+        assert (await conn.execute(LIVE)).all() == [("t1", 31), ("t2", 32)] and _planned(LIVE)
+
+
+async def test_a_planned_insert_of_a_taken_key_raises_sqlalchemys_integrity_error(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, _row(1))
+        await conn.execute(INSERT, _row(2))
+        assert _planned(INSERT)
+    with pytest.raises(IntegrityError):
+        async with sqlite_db.transaction() as conn:
+            await conn.execute(INSERT, _row(3))
+            await conn.execute(INSERT, _row(1))
+    async with sqlite_db.reader() as conn:  # the failed transaction left nothing
+        assert (await conn.execute(select(things.c.id).order_by(things.c.id))).scalars().all() == ["t1", "t2"]
+
+
+async def test_executemany_through_a_plan_writes_every_row(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, [_row(1), _row(2)])
+        await conn.execute(INSERT, [_row(3), _row(4)])
+    async with sqlite_db.transaction() as conn:
+        assert [r.id for r in (await conn.execute(LIVE)).all()] == ["t1", "t2", "t3", "t4"]
+
+
+async def test_a_callers_in_list_takes_sqlalchemys_path(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, [_row(1), _row(2), _row(3)])
+        assert (await conn.execute(AMONG, {"ids": ["t1", "t3"]})).scalars().all() == ["t1", "t3"]
+        assert (await conn.execute(AMONG, {"ids": ["t2"]})).scalars().all() == ["t2"]
+    assert not _planned(AMONG)
+
+
+async def test_statement_listeners_see_every_statement(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(BY_ID, {"k_id": "t1"})
+        await conn.execute(BY_ID, {"k_id": "t1"})
+    with statements(sqlite_db) as seen:
+        async with sqlite_db.transaction() as conn:
+            await conn.execute(BY_ID, {"k_id": "t1"})
+            await conn.execute(BY_ID, {"k_id": "t2"})
+    assert len([s for s in seen if s.startswith("SELECT fast_things.id")]) == 2
