@@ -1,20 +1,24 @@
-"""A run commit's events written by its compare-and-set (PostgreSQL, ``store/folded_cas.py``):
+"""A run commit's events and promotions written by its compare-and-set, the plan read by its
+fenced step's UPDATE (PostgreSQL, ``store/folded_cas.py``, ``store/step_changes.py``): events
 numbered after the run's ``last_seq``, masked, stored as drafted; a refused compare-and-set
-writes none. SQLite keeps its separate INSERT; both must store the same log."""
+writes none; a join made ready by the commit that finishes its last dependency. SQLite keeps
+separate statements; both must store the same."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import func, select
 
-from ira.core.commit import EventDraft, RunCommit
+from ira.core.commit import EventDraft, Fence, NewRun, NewStep, RunCommit, StepChange
+from ira.core.envelope import Envelope
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.events import RunEventType
-from ira.core.states import RunState
-from ira.runtime.store import runs
+from ira.core.ids import new_id
+from ira.core.states import RunState, StepState
+from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
-from ira.runtime.store.schema import events
-from tests.contracts.test_store import T0, create
+from ira.runtime.store.schema import events, outbox
+from tests.contracts.test_store import LEASE, T0, create
 from tests.store_fixtures import statements
 
 DRAFTS = (EventDraft(type=RunEventType.RUN_STARTED, data={"note": "naïve ✓", "n": [1, 2.5, None, True]}),
@@ -52,3 +56,50 @@ async def test_a_refused_compare_and_set_appends_no_event(db: Database) -> None:
             events.c.run_id == run.run_id))).scalar_one()
         current = await runs.get_run(conn, "acme", run.run_id)
     assert (count, current.last_seq, current.state_version) == (1, 1, 1)
+
+
+def fan_in() -> NewRun:
+    run_id = new_id("run")
+    return NewRun(tenant_id="acme", run_id=run_id, task_id=new_id("task"), task_kind="diagnose",
+                  subject_ref="incident:i1", workflow="incident-diagnosis@1",
+                  steps=(NewStep(step_id="logs", kind="logs", state=StepState.READY),
+                         NewStep(step_id="metrics", kind="metrics", state=StepState.READY),
+                         NewStep(step_id="join", kind="join", state=StepState.BLOCKED, depends_on=("logs", "metrics"))))
+
+
+async def _finish(db: Database, run_id: str, step_id: str, version: int) -> list[str]:
+    """Claim ``step_id`` and finish it with a fenced commit; the statements of that commit."""
+    async with db.transaction() as conn:
+        claimed = await steps.claim_step(conn, "acme", run_id, step_id, owner="w", lease=LEASE, now=T0)
+    assert claimed is not None
+    with statements(db) as seen:
+        async with db.transaction() as conn:
+            await runs.commit(conn, RunCommit(
+                tenant_id="acme", run_id=run_id, expected_version=version,
+                fence=Fence(step_id=step_id, owner_epoch=claimed.owner_epoch),
+                steps=(StepChange(step_id=step_id, state=StepState.DONE),),
+                events=(EventDraft(type=RunEventType.BRANCH_FINISHED, data={"step_id": step_id}),)), at=T0)
+    return seen
+
+
+async def test_a_join_is_made_ready_by_the_commit_that_finishes_its_last_dependency(db: Database) -> None:
+    run = await create(db, fan_in())
+    first = await _finish(db, run.run_id, "logs", 1)
+    async with db.reader() as conn:
+        assert (await steps.get_step(conn, "acme", run.run_id, "join")).state == StepState.BLOCKED
+
+    last = await _finish(db, run.run_id, "metrics", 2)
+
+    async with db.reader() as conn:
+        join = await steps.get_step(conn, "acme", run.run_id, "join")
+        log = await runs.list_events(conn, "acme", run.run_id)
+        wakeups = (await conn.execute(select(outbox.c.value).where(outbox.c.tenant_id == "acme")
+                                      .order_by(outbox.c.id))).all()
+    assert (join.state, join.owner, join.lease_until, join.updated_at) == (StepState.READY, None, None, T0)
+    assert [(e.run_seq, e.type, e.data) for e in log[1:]] == [
+        (2, "BRANCH_FINISHED", {"step_id": "logs"}), (3, "BRANCH_FINISHED", {"step_id": "metrics"}),
+        (4, "STEP_READY", {"step_id": "join"})]
+    assert [Envelope.from_bytes(w.value).payload["step_id"] for w in wakeups] == ["join"]
+    # PostgreSQL: the fenced step's UPDATE reads the plan, the compare-and-set writes the events
+    # and the join's promotion, then the wake-up; SQLite: each its own statement
+    assert (len(first), len(last)) == ((2, 3) if db.engine.dialect.name == "postgresql" else (4, 6))

@@ -1,14 +1,22 @@
-"""PostgreSQL: a run commit's compare-and-set and the events it appends, in one statement.
+"""PostgreSQL: a run commit's compare-and-set, the events it appends and the steps it makes
+ready, in one statement.
 
 On PostgreSQL a statement's cost in a durable step is mostly its round trip and SQLAlchemy's
 execution around it (~130 µs of CPU each here, the database's share a fraction of that), not
-the SQL. The events a commit appends are numbered from the ``last_seq`` its compare-and-set
-returns, so they ride in that UPDATE as a data-modifying CTE: ``INSERT INTO events .. SELECT``
-from the UPDATE's returned row joined with the drafts (``unnest .. WITH ORDINALITY``, one array
-per column). A refused compare-and-set returns no row, so no event is written, and the caller
-raises as before (``runs._explain_refusal``); numbering stays gapless because it is computed
-from the very row the UPDATE locked and wrote. SQLite keeps two statements (its CTEs cannot
-modify data).
+the SQL. What a commit writes once its compare-and-set took the run row rides in that UPDATE
+as data-modifying CTEs:
+
+* its events, numbered from the ``last_seq`` the UPDATE returns: ``INSERT INTO events ..
+  SELECT`` from the returned row joined with the drafts (``unnest .. WITH ORDINALITY``, one
+  array per column), so numbering stays gapless (the very row the UPDATE locked and wrote);
+* the BLOCKED steps its finished steps make ready (``step_changes.with_promotions``): one
+  conditional UPDATE of them all, ``RETURNING`` the ids it took, which come back with the run.
+
+A refused compare-and-set returns no row, and neither CTE writes (both read the UPDATE's
+row); the caller raises as before (``runs._explain_refusal``). A promotion the step's state
+refused is missing from the returned ids, and the caller explains it as the separate UPDATE
+did (``step_changes.refuse_unapplied``); the whole transaction then rolls back. SQLite keeps
+separate statements (its CTEs cannot modify data).
 """
 
 from __future__ import annotations
@@ -18,37 +26,65 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, Text, bindparam, cast, column, func, insert, select, true
+from sqlalchemy import JSON, Integer, String, Text, bindparam, cast, column, exists, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Select, Update
 
-from ira.core.commit import EventDraft
+from ira.core.commit import EventDraft, StepChange
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
-from ira.runtime.store.schema import events
+from ira.core.states import StepState
+from ira.runtime.store.schema import events, steps
+from ira.runtime.store.step_changes import sources_of
+
+PROMOTED = "promoted"
+"""The column of the folded statement's row that lists the steps it made ready."""
 
 
 @cache
-def bump_with_events(bump: Update) -> Select[Any]:
+def folded_bump(bump: Update, with_events: bool, with_promotions: bool) -> Select[Any]:
     """``bump`` (the compare-and-set, ``RETURNING`` the run's columns) with the INSERT of its
-    events: the same row back, or none if refused. Built once per shape of ``bump``."""
+    events and/or the UPDATE of its promotions: the run's row back (with ``PROMOTED``), or
+    none if refused. Built once per shape."""
     bumped = bump.cte("bumped")
-    drafts = func.unnest(
-        bindparam("e_ids", type_=ARRAY(String)), bindparam("e_types", type_=ARRAY(String)),
-        bindparam("e_data", type_=ARRAY(Text)),
-    ).table_valued(column("event_id", String), column("type", String), column("data", Text),
-                   with_ordinality="ord").render_derived(name="drafts")
-    first = bumped.c.last_seq - bindparam("n_events", type_=Integer)
-    appended = insert(events).from_select(
-        ["tenant_id", "run_id", "run_seq", "event_id", "type", "at", "data"],
-        select(bumped.c.tenant_id, bumped.c.run_id, first + drafts.c.ord, drafts.c.event_id, drafts.c.type,
-               bindparam("now", type_=events.c.at.type), cast(drafts.c.data, JSON))
-        .select_from(bumped.join(drafts, true())),
-    ).cte("appended")
-    return select(bumped).add_cte(appended)
+    writes = []
+    if with_events:
+        drafts = func.unnest(
+            bindparam("e_ids", type_=ARRAY(String)), bindparam("e_types", type_=ARRAY(String)),
+            bindparam("e_data", type_=ARRAY(Text)),
+        ).table_valued(column("event_id", String), column("type", String), column("data", Text),
+                       with_ordinality="ord").render_derived(name="drafts")
+        first = bumped.c.last_seq - bindparam("n_events", type_=Integer)
+        writes.append(insert(events).from_select(
+            ["tenant_id", "run_id", "run_seq", "event_id", "type", "at", "data"],
+            select(bumped.c.tenant_id, bumped.c.run_id, first + drafts.c.ord, drafts.c.event_id, drafts.c.type,
+                   bindparam("now", type_=events.c.at.type), cast(drafts.c.data, JSON))
+            .select_from(bumped.join(drafts, true())),
+        ).cte("appended"))
+    columns: list[Any] = [bumped]
+    if with_promotions:
+        promoted = update(steps).where(
+            steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
+            steps.c.step_id.in_(bindparam("p_ids", expanding=True)),
+            steps.c.state.in_(bindparam("p_sources", expanding=True)),
+            exists(select(bumped.c.run_id)),
+        ).values(state=bindparam("p_state"), owner=None, lease_until=None, updated_at=bindparam("now")) \
+            .returning(steps.c.step_id).cte(PROMOTED)
+        writes.append(promoted)
+        columns.append(select(func.array_agg(promoted.c.step_id)).scalar_subquery().label(PROMOTED))
+    return select(*columns).add_cte(*writes)
 
 
 def event_params(drafts: Sequence[EventDraft], shapes: Redactor) -> dict[str, object]:
-    """The drafts as ``bump_with_events``' arrays; data masked by shape, as every event write is."""
+    """The drafts as ``folded_bump``'s arrays; data masked by shape, as every event write is."""
     return {"e_ids": [new_event_id() for _ in drafts], "e_types": [d.type.value for d in drafts],
             "e_data": [json.dumps(shapes.value(d.data)) for d in drafts]}
+
+
+def promotion_params(promotions: Sequence[StepChange]) -> dict[str, object]:
+    """The promotions (``StepChange``\\ s to READY that release the claim, as ``with_promotions``
+    makes them) as ``folded_bump``'s parameters."""
+    assert all(c.state == StepState.READY and c.release_claim and c.result_ref is None and c.depends_on is None
+               for c in promotions)
+    return {"p_ids": [c.step_id for c in promotions], "p_state": StepState.READY,
+            "p_sources": sources_of(StepState.READY)}

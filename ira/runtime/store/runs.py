@@ -19,18 +19,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
-from ira.core.commit import EventDraft, NewRun, OutboxMessage, RunCommit
+from ira.core.commit import EventDraft, NewRun, OutboxMessage, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
-from ira.runtime.store.folded_cas import bump_with_events, event_params
+from ira.runtime.store.folded_cas import PROMOTED, event_params, folded_bump, promotion_params
 from ira.runtime.store.outbox import enqueue
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, with_promotions
+from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
 from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_steps
 
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
@@ -92,15 +92,21 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
 
 async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
     finishing = {c.step_id: c.state for c in change.steps}
-    rest, attempt_ended = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
-    rest = await with_promotions(conn, rest, finishing, at=at)
-    fold_events = conn.dialect.name == "postgresql" and bool(rest.events)  # folded_cas
-    row = await _bump_version(conn, rest, at=at, with_events=fold_events)
+    rest, attempt_ended, plan = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
+    unpromoted = len(rest.steps)
+    rest = await with_promotions(conn, rest, finishing, at=at, plan=plan)
+    # PostgreSQL: the events and the promotions ride in the compare-and-set (folded_cas)
+    folds = conn.dialect.name == "postgresql"
+    fold_events, promoted = folds and bool(rest.events), rest.steps[unpromoted:] if folds else ()
+    row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted)
     if row is None:
         await _explain_refusal(conn, rest)
+    if promoted:
+        await refuse_unapplied(conn, change.tenant_id, change.run_id, promoted, row._mapping[PROMOTED] or ())
     run = run_from_row(row)
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
-    await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps, at=at)
+    await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps[:unpromoted] if promoted else rest.steps,
+                             at=at)
     if not attempt_ended:
         await end_attempt_in_commit(conn, change, at=at)
     if not fold_events:
@@ -131,10 +137,11 @@ def _sources_of(target: RunState) -> list[RunState]:
     return [s for s, nxt in RUN_TRANSITIONS.items() if target in nxt and s != target] + [target]
 
 
-async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False
-                        ) -> Row[Any] | None:
-    """The compare-and-set: the run's new row, or None if refused. ``with_events`` (PostgreSQL):
-    the change's events are appended by the same statement (``folded_cas``)."""
+async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False,
+                        promoted: Sequence[StepChange] = ()) -> Row[Any] | None:
+    """The compare-and-set: the run's new row, or None if refused. PostgreSQL (``folded_cas``):
+    ``with_events``, the change's events are appended by the same statement; ``promoted``, these
+    promotions are applied by it too (the row's ``PROMOTED`` lists those it took)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
@@ -142,9 +149,12 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
     statement = _bump_statement(change.state is not None, change.outcome is not None)
-    if with_events:
-        params.update(event_params(change.events, SHAPES))
-        return (await conn.execute(bump_with_events(statement), params)).first()
+    if with_events or promoted:
+        if with_events:
+            params.update(event_params(change.events, SHAPES))
+        if promoted:
+            params.update(promotion_params(promoted))
+        return (await conn.execute(folded_bump(statement, with_events, bool(promoted)), params)).first()
     return (await conn.execute(statement, params)).first()
 
 

@@ -9,7 +9,10 @@ and a refused UPDATE reads the step once to say why (stale epoch first, as befor
 On PostgreSQL that UPDATE also ends the running attempt it finishes (``steps.attempt_ended_by``)
 when the commit is the attempt's own: the attempts UPDATE rides in it as a data-modifying CTE
 that writes only if the step's UPDATE took its row, so a refused fence ends nothing, and the
-whole transaction still rolls back on any later refusal (the run's compare-and-set).
+whole transaction still rolls back on any later refusal (the run's compare-and-set). When the
+commit finishes a step, that statement also reads the run's plan for the promotions (as of the
+statement's start: the commit's own step states override it in ``newly_ready``, and the plan is
+still read after the caller read the run's version, which the compare-and-set checks).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from sqlalchemy import and_, bindparam, exists, select, update
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select, Update
 
@@ -40,7 +45,8 @@ _PLAN_AND_ENVIRONMENT = select(steps, runs.c.environment).join(runs, and_(
 
 
 @cache
-def _sources_of(target: StepState) -> list[StepState]:
+def sources_of(target: StepState) -> list[StepState]:
+    """States a step may be in for ``target`` to be legal (a change's conditional UPDATE)."""
     return [s for s, nxt in STEP_TRANSITIONS.items() if target in nxt]
 
 
@@ -62,39 +68,61 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
 
 
 @cache
-def _step_change_ending_attempt(with_result_ref: bool, release_claim: bool, with_depends_on: bool) -> Select:
-    """PostgreSQL: the fenced step's UPDATE and the end of its attempt in one statement; a row
-    comes back only if the step's UPDATE took its row, and only then is the attempt ended."""
+def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: bool, ending: bool, plan: bool
+                   ) -> Select[Any]:
+    """PostgreSQL: the fenced step's UPDATE as a data-modifying CTE, with what rides in it.
+
+    ``ending``: the end of its attempt, written only if the step's UPDATE took its row. ``plan``:
+    the statement reads the run's plan for ``with_promotions`` (as it was before the statement:
+    the commit's own step states override it there), each row with ``took``; else one row comes
+    back if the step's UPDATE took its row."""
     changed = _step_change_statement(with_result_ref, release_claim, with_depends_on, True) \
         .returning(steps.c.step_id).cte("changed")
-    ended = update(attempts).where(
-        attempts.c.tenant_id == bindparam("k_tenant"), attempts.c.attempt_id == bindparam("k_attempt"),
-        exists(select(changed.c.step_id)),
-    ).values(ended_at=bindparam("now"), outcome="finished", error=None).cte("ended")
-    return select(changed.c.step_id).add_cte(ended)
+    writes = [changed]
+    if ending:
+        writes.append(update(attempts).where(
+            attempts.c.tenant_id == bindparam("k_tenant"), attempts.c.attempt_id == bindparam("k_attempt"),
+            exists(select(changed.c.step_id)),
+        ).values(ended_at=bindparam("now"), outcome="finished", error=None).cte("ended"))
+    if plan:
+        return _PLAN_AND_ENVIRONMENT.add_columns(exists(select(changed.c.step_id)).label("took")).add_cte(*writes)
+    return select(changed.c.step_id).add_cte(*writes[1:])
 
 
-async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> tuple[RunCommit, bool]:
-    """Check ``change``'s fence and apply the fenced step's own changes; return the rest, and
-    whether the attempt the commit finishes ended here (PostgreSQL: in the step's UPDATE).
+Plan = Sequence[Row[Any]]
+"""The run's steps with its environment (``_PLAN_AND_ENVIRONMENT``'s rows)."""
+
+
+async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
+                       ) -> tuple[RunCommit, bool, Plan | None]:
+    """Check ``change``'s fence and apply the fenced step's own changes; return the rest,
+    whether the attempt the commit finishes ended here (PostgreSQL: in the step's UPDATE), and
+    the run's plan if that UPDATE read it for ``with_promotions`` (PostgreSQL, when the commit
+    finishes a step: one statement fewer).
 
     Called before the run's compare-and-set, where the fence was always checked.
     """
     fence = change.fence
     if fence is None:
-        return change, False
+        return change, False, None
     mine = [s for s in change.steps if s.step_id == fence.step_id]
     if not mine:
         await check_fence(conn, change.tenant_id, change.run_id, fence)
-        return change, False
+        return change, False, None
     ending = _foldable_attempt(conn, change, len(mine))
-    await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending)
+    read_plan = conn.dialect.name == "postgresql" and _finishes(change.steps)
+    plan = await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending,
+                            read_plan=read_plan)
     for step_change in mine[1:]:
         await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
     if ending is not None:
         after_commit(conn, ending._ended)
     rest = change.model_copy(update={"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)})
-    return rest, ending is not None
+    return rest, ending is not None, plan
+
+
+def _finishes(changes: Sequence[StepChange]) -> bool:
+    return any(c.state in FINISHED_STEP_STATES for c in changes)
 
 
 def _foldable_attempt(conn: AsyncConnection, change: RunCommit, changes_of_fenced: int) -> RunningAttempt | None:
@@ -106,16 +134,18 @@ def _foldable_attempt(conn: AsyncConnection, change: RunCommit, changes_of_fence
 
 
 async def with_promotions(conn: AsyncConnection, change: RunCommit, finishing: dict[str, StepState], *,
-                          at: datetime) -> RunCommit:
+                          at: datetime, plan: Plan | None = None) -> RunCommit:
     """Add to ``change`` the BLOCKED steps that ``finishing`` (the commit's step states) makes
-    ready: state, event and wake-up, same commit.
+    ready: state, event and wake-up, same commit. ``plan``: the run's plan, read already in this
+    transaction (by ``apply_fenced``).
 
     Doing it inside the commit (not in a later message) means a READY step is always in SQL,
     where the scanner can find it if its wake-up is lost.
     """
     if not any(state in FINISHED_STEP_STATES for state in finishing.values()):
         return change
-    rows = (await conn.execute(_PLAN_AND_ENVIRONMENT, {"k_tenant": change.tenant_id, "k_run": change.run_id})).all()
+    rows = plan if plan is not None else (await conn.execute(
+        _PLAN_AND_ENVIRONMENT, {"k_tenant": change.tenant_id, "k_run": change.run_id})).all()
     ready = newly_ready([step_from_row(r) for r in rows], finishing)
     if not ready:
         return change
@@ -135,12 +165,24 @@ async def apply_step_changes(conn: AsyncConnection, tenant_id: str, run_id: str,
         await _apply_one(conn, tenant_id, run_id, step_change, at=at)
 
 
+async def refuse_unapplied(conn: AsyncConnection, tenant_id: str, run_id: str, changes: Sequence[StepChange],
+                           applied: Sequence[str]) -> None:
+    """Raise for the first of ``changes`` (applied together, ``folded_cas``) whose step is not
+    in ``applied``: the error its own conditional UPDATE would have raised."""
+    done = set(applied)
+    for change in changes:
+        if change.step_id not in done:
+            await _explain_refusal(conn, tenant_id, run_id, change, None)
+
+
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime,
-                     fence: Fence | None = None, ending: RunningAttempt | None = None) -> None:
-    """One conditional UPDATE (with ``ending``: and the attempt's end, in the same statement);
-    only a refusal reads the step, to raise the precise error."""
+                     fence: Fence | None = None, ending: RunningAttempt | None = None, read_plan: bool = False
+                     ) -> Plan | None:
+    """One conditional UPDATE (fenced, PostgreSQL: with ``ending``, the attempt's end; with
+    ``read_plan``, the run's plan, returned; both in the same statement); only a refusal reads
+    the step, to raise the precise error."""
     params: dict[str, object] = {**step_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
-                                 "now": at, "sources": _sources_of(change.state)}
+                                 "now": at, "sources": sources_of(change.state)}
     if change.result_ref is not None:
         params["new_result_ref"] = change.result_ref
     if change.depends_on is not None:
@@ -148,13 +190,18 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
     if fence is not None:
         params["k_epoch"] = fence.owner_epoch
     shape = (change.result_ref is not None, change.release_claim, change.depends_on is not None)
-    if ending is None:
+    plan: Plan | None = None
+    if ending is None and not read_plan:
         done = (await conn.execute(_step_change_statement(*shape, fence is not None), params)).rowcount == 1
     else:
-        params["k_attempt"] = ending.claim.attempt_id
-        done = (await conn.execute(_step_change_ending_attempt(*shape), params)).first() is not None
+        if ending is not None:
+            params["k_attempt"] = ending.claim.attempt_id
+        rows = (await conn.execute(_fenced_change(*shape, ending is not None, read_plan), params)).all()
+        done = bool(rows) and (rows[0].took if read_plan else True)
+        plan = rows if read_plan else None
     if not done:
         await _explain_refusal(conn, tenant_id, run_id, change, fence)
+    return plan
 
 
 async def _explain_refusal(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange,
