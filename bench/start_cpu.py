@@ -60,6 +60,8 @@ async def measured(backend: str, mode: str, statements: Statements,
     cpu, wall, before = time.process_time(), time.perf_counter(), statements.count
     latencies = await work()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if not latencies:
+        return
     n = max(1, len(latencies))
     emit(backend=backend, mode=mode, runs=len(latencies), runs_per_s=round(len(latencies) / wall, 1),
          p50_ms=round(incident_runs.percentile(latencies, 0.5), 1),

@@ -125,3 +125,48 @@ async def test_no_engine_event_puts_every_statement_through_sqlalchemys_dispatch
     event, every statement of every connection pays SQLAlchemy's event dispatch."""
     db, _ = sqlite_db
     assert not db.engine.sync_engine._has_events
+
+
+def _dbapi(conn) -> object:  # type: ignore[no-untyped-def]
+    return conn.sync_connection.connection.dbapi_connection
+
+
+async def test_write_transactions_take_turns_on_one_kept_connection(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    """No checkout and return around each write (sqlite_writer); after one that did not commit
+    the next takes a fresh connection from the pool, and closing the database returns it."""
+    db, _ = sqlite_db
+    async with db.transaction() as conn:
+        first = _dbapi(conn)
+    async with db.transaction() as conn:
+        assert _dbapi(conn) is first
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as conn:
+            await conn.execute(text("UPDATE counter SET n = n + 10"))
+            raise RuntimeError("refused")
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 2"))
+    assert await _count(db) == 3
+    assert db.engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    await db.close()
+    assert db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_write_cancelled_inside_its_block_is_undone_and_the_next_one_commits(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    db, _ = sqlite_db
+    inside = asyncio.Event()
+
+    async def cancelled_midway() -> None:
+        async with db.transaction() as conn:
+            await conn.execute(text("UPDATE counter SET n = n + 10"))
+            inside.set()
+            await asyncio.Event().wait()  # until cancelled
+
+    task = asyncio.create_task(cancelled_midway())
+    await asyncio.wait_for(inside.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    assert await _count(db) == 1

@@ -23,7 +23,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
-from ira.runtime.store import sqlite_driver, sqlite_fast
+from ira.runtime.store import sqlite_driver
+from ira.runtime.store.sqlite_writer import SQLiteWriter
 
 log = logging.getLogger(__name__)
 _WRITTEN = "ira_outbox_written"
@@ -180,6 +181,7 @@ class Database:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._writer = SQLiteWriter(engine) if self.dialect == "sqlite" else None
         self._listeners: list[CommitListener] = []
 
     @classmethod
@@ -246,14 +248,9 @@ class Database:
             async with self.engine.begin() as conn:
                 yield conn
             return
-        async with self._write_lock, sqlite_fast.FastConnection(self.engine) as conn:
-            adapted = (await conn.get_raw_connection()).dbapi_connection
-            await sqlite_driver.begin_writing(adapted)  # type: ignore[arg-type]
-            try:
-                async with conn.begin():
-                    yield conn
-            finally:
-                sqlite_driver.end_writing(adapted)  # type: ignore[arg-type]
+        assert self._writer is not None
+        async with self._write_lock, self._writer.transaction() as conn:
+            yield conn
 
     @contextmanager
     def listening(self, listener: CommitListener) -> Iterator[None]:
@@ -281,4 +278,6 @@ class Database:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        if self._writer is not None:
+            await self._writer.close()
         await self.engine.dispose()
