@@ -9,18 +9,20 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from ira.core.commit import EventDraft, Fence, NewRun, NewStep, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, NewRun, NewStep, OutboxMessage, RunCommit, StepChange
 from ira.core.envelope import Envelope
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.events import RunEventType
-from ira.core.ids import new_id
+from ira.core.ids import new_event_id, new_id
 from ira.core.states import RunState, StepState
-from ira.runtime.store import runs, steps
+from ira.runtime.store import run_traces, runs, steps
 from ira.runtime.store.database import Database
+from ira.runtime.store.outbox import message_headers
 from ira.runtime.store.schema import events, outbox
 from tests.contracts.test_store import LEASE, T0, create
 from tests.store_fixtures import statements
 
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 DRAFTS = (EventDraft(type=RunEventType.RUN_STARTED, data={"note": "naïve ✓", "n": [1, 2.5, None, True]}),
           EventDraft(type=RunEventType.AGENT_TURN, data={"said": "token=AKIAABCDEFGHIJKLMNOP"}),
           EventDraft(type=RunEventType.AGENT_TURN))
@@ -100,6 +102,45 @@ async def test_a_join_is_made_ready_by_the_commit_that_finishes_its_last_depende
         (2, "BRANCH_FINISHED", {"step_id": "logs"}), (3, "BRANCH_FINISHED", {"step_id": "metrics"}),
         (4, "STEP_READY", {"step_id": "join"})]
     assert [Envelope.from_bytes(w.value).payload["step_id"] for w in wakeups] == ["join"]
-    # PostgreSQL: the fenced step's UPDATE reads the plan, the compare-and-set writes the events
-    # and the join's promotion, then the wake-up; SQLite: each its own statement
-    assert (len(first), len(last)) == ((2, 3) if db.engine.dialect.name == "postgresql" else (4, 6))
+    # PostgreSQL: the fenced step's UPDATE reads the plan, the compare-and-set writes the events,
+    # the join's promotion and its wake-up; SQLite: each its own statement
+    assert (len(first), len(last)) == ((2, 2) if db.engine.dialect.name == "postgresql" else (4, 6))
+
+
+def _messages(run_id: str) -> tuple[OutboxMessage, ...]:
+    return tuple(OutboxMessage(topic=f"ira.t{i % 2}.v1", key=f"acme:{run_id}", awaits="c" if i == 1 else None,
+                               envelope=Envelope(message_id=new_event_id(), type="x", tenant_id="acme",
+                                                 occurred_at=T0, payload={"i": i, "s": "naïve ✓"}))
+                 for i in range(3))
+
+
+async def _outbox_of(db: Database, run_id: str) -> list[tuple[object, ...]]:
+    async with db.reader() as conn:
+        rows = (await conn.execute(select(outbox).where(outbox.c.key == f"acme:{run_id}")
+                                   .order_by(outbox.c.id))).all()
+    return [(r.message_id, r.topic, r.value, r.headers, r.created_at, r.claimed_by, r.sent_at, r.awaits) for r in rows]
+
+
+@pytest.mark.parametrize("trace_known", [True, False])
+async def test_a_commits_outbox_rows_are_written_in_order_whether_or_not_the_runs_trace_is_known(
+        db: Database, trace_known: bool) -> None:
+    # Given a run created in a trace, its trace context remembered by this process or not
+    run = await create(db, fan_in().model_copy(update={"traceparent": TRACE}))
+    if not trace_known:
+        run_traces.forget(run.tenant_id, run.run_id)
+    messages = _messages(run.run_id)
+
+    with statements(db) as seen:
+        async with db.transaction() as conn:
+            await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
+                                              outbox=messages), at=T0)
+
+    # Then the rows are the messages, in order, each carrying the run's trace
+    stamped = [m.model_copy(update={"envelope": m.envelope.model_copy(update={"traceparent": TRACE})})
+               for m in messages]
+    assert await _outbox_of(db, run.run_id) == [
+        (m.envelope.message_id, m.topic, m.envelope.to_bytes(), message_headers(m), T0, None, None, m.awaits)
+        for m in stamped]
+    # PostgreSQL with the trace known: written by the compare-and-set
+    folded = trace_known and db.engine.dialect.name == "postgresql"
+    assert len([s for s in seen if s.upper().startswith("INSERT INTO OUTBOX")]) == (0 if folded else 1)

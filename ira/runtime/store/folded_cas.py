@@ -1,5 +1,5 @@
-"""PostgreSQL: a run commit's compare-and-set, the events it appends and the steps it makes
-ready, in one statement.
+"""PostgreSQL: a run commit's compare-and-set, the events it appends, the steps it makes
+ready and its outbox rows, in one statement.
 
 On PostgreSQL a statement's cost in a durable step is mostly its round trip and SQLAlchemy's
 execution around it (~130 µs of CPU each here, the database's share a fraction of that), not
@@ -10,12 +10,16 @@ as data-modifying CTEs:
   SELECT`` from the returned row joined with the drafts (``unnest .. WITH ORDINALITY``, one
   array per column), so numbering stays gapless (the very row the UPDATE locked and wrote);
 * the BLOCKED steps its finished steps make ready (``step_changes.with_promotions``): one
-  conditional UPDATE of them all, ``RETURNING`` the ids it took, which come back with the run.
+  conditional UPDATE of them all, ``RETURNING`` the ids it took, which come back with the run;
+* its outbox rows, when the run's trace context, which the messages carry, is known before the
+  row comes back (``run_traces``): ``INSERT INTO outbox .. SELECT`` as the events, in order. The
+  listeners take their messages before the statement and act on them after the commit's other
+  writes (``settle_taken``), as ``outbox.enqueue`` does.
 
-A refused compare-and-set returns no row, and neither CTE writes (both read the UPDATE's
-row); the caller raises as before (``runs._explain_refusal``). A promotion the step's state
-refused is missing from the returned ids, and the caller explains it as the separate UPDATE
-did (``step_changes.refuse_unapplied``); the whole transaction then rolls back. SQLite keeps
+A refused compare-and-set returns no row, and no CTE writes (each reads the UPDATE's row);
+the caller raises as before (``runs._explain_refusal``). A promotion the step's state refused
+is missing from the returned ids, and the caller explains it as the separate UPDATE did
+(``step_changes.refuse_unapplied``); the whole transaction then rolls back. SQLite keeps
 separate statements (its CTEs cannot modify data).
 """
 
@@ -26,7 +30,24 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, Text, bindparam, cast, column, exists, func, insert, select, true, update
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    bindparam,
+    case,
+    cast,
+    column,
+    exists,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Select, Update
 
@@ -34,7 +55,7 @@ from ira.core.commit import EventDraft, StepChange
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.states import StepState
-from ira.runtime.store.schema import events, steps
+from ira.runtime.store.schema import events, outbox, steps
 from ira.runtime.store.step_changes import sources_of
 
 PROMOTED = "promoted"
@@ -42,10 +63,10 @@ PROMOTED = "promoted"
 
 
 @cache
-def folded_bump(bump: Update, with_events: bool, with_promotions: bool) -> Select[Any]:
+def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_outbox: bool = False) -> Select[Any]:
     """``bump`` (the compare-and-set, ``RETURNING`` the run's columns) with the INSERT of its
-    events and/or the UPDATE of its promotions: the run's row back (with ``PROMOTED``), or
-    none if refused. Built once per shape."""
+    events, the UPDATE of its promotions, the INSERT of its outbox rows: the run's row back
+    (with ``PROMOTED``), or none if refused. Built once per shape."""
     bumped = bump.cte("bumped")
     writes = []
     if with_events:
@@ -61,6 +82,8 @@ def folded_bump(bump: Update, with_events: bool, with_promotions: bool) -> Selec
                    bindparam("now", type_=events.c.at.type), cast(drafts.c.data, JSON))
             .select_from(bumped.join(drafts, true())),
         ).cte("appended"))
+    if with_outbox:
+        writes.append(_enqueued(bumped))
     columns: list[Any] = [bumped]
     if with_promotions:
         promoted = update(steps).where(
@@ -73,6 +96,35 @@ def folded_bump(bump: Update, with_events: bool, with_promotions: bool) -> Selec
         writes.append(promoted)
         columns.append(select(func.array_agg(promoted.c.step_id)).scalar_subquery().label(PROMOTED))
     return select(*columns).add_cte(*writes)
+
+
+def _enqueued(bumped: Any) -> Any:
+    """The outbox rows (``outbox.outbox_rows``) as arrays, inserted in their order (the relay
+    publishes by id: per-key order) once the compare-and-set took the run row."""
+    m = func.unnest(*(bindparam(f"o_{name}", type_=ARRAY(kind)) for name, kind in _OUTBOX_ARRAYS)).table_valued(
+        *(column(name, kind) for name, kind in _OUTBOX_ARRAYS), with_ordinality="ord").render_derived(name="messages")
+    now = bindparam("now", type_=outbox.c.created_at.type)
+    return insert(outbox).from_select(
+        ["tenant_id", "message_id", "topic", "key", "value", "headers", "created_at", "claimed_by", "sent_at",
+         "awaits"],
+        select(m.c.tenant_id, m.c.message_id, m.c.topic, m.c.key, m.c.value, cast(m.c.headers, JSON), now,
+               m.c.claimed_by, case((m.c.sent, now)), m.c.awaits)
+        .select_from(bumped.join(m, true())).order_by(m.c.ord),
+    ).cte("enqueued")
+
+
+_OUTBOX_ARRAYS: tuple[tuple[str, Any], ...] = (
+    ("tenant_id", String), ("message_id", String), ("topic", String), ("key", String), ("value", LargeBinary),
+    ("headers", Text), ("claimed_by", String), ("sent", Boolean), ("awaits", String))
+
+
+def outbox_params(rows: Sequence[dict[str, Any]]) -> dict[str, object]:
+    """``outbox.outbox_rows``' rows as ``folded_bump``'s arrays (headers as JSON text, sent or not)."""
+    return {"o_tenant_id": [r["tenant_id"] for r in rows], "o_message_id": [r["message_id"] for r in rows],
+            "o_topic": [r["topic"] for r in rows], "o_key": [r["key"] for r in rows],
+            "o_value": [r["value"] for r in rows], "o_headers": [json.dumps(r["headers"]) for r in rows],
+            "o_claimed_by": [r["claimed_by"] for r in rows], "o_sent": [r["sent_at"] is not None for r in rows],
+            "o_awaits": [r["awaits"] for r in rows]}
 
 
 def event_params(drafts: Sequence[EventDraft], shapes: Redactor) -> dict[str, object]:

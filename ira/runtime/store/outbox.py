@@ -76,14 +76,22 @@ async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, a
     """
     if not messages:
         return
+    rows, taken = outbox_rows(conn, messages, at=at)
+    await conn.execute(_INSERT, rows)
+    if taken:
+        await settle_taken(conn, taken)
+
+
+def outbox_rows(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime
+                ) -> tuple[list[dict[str, object]], dict[str, str]]:
+    """The rows ``enqueue`` writes for ``messages``, and ``{message_id: taker}`` of those a
+    listener takes (``take_written``: call once per write, then ``settle_taken`` once written)."""
     taken = take_written(conn, messages)
     rows = [_row(m, at) for m in messages]
     for row in rows:
         taker = taken.get(str(row["message_id"]))
         row["sent_at"], row["claimed_by"] = (at, taker) if taker is not None else (None, None)
-    await conn.execute(_INSERT, rows)
-    if taken:
-        await settle_taken(conn, taken)
+    return rows, taken
 
 
 async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:

@@ -7,17 +7,21 @@ from typing import Any
 from sqlalchemy.engine import Row
 
 from ira.core.run import Run, RunEvent, Step
+from ira.runtime.store import run_traces
 
 
 def run_from_row(row: Row[Any]) -> Run:
+    """The run of ``row``; its trace context is remembered (``run_traces``)."""
     m = row._mapping
-    return Run(
+    run = Run(
         run_id=m["run_id"], tenant_id=m["tenant_id"], task_id=m["task_id"], workflow=m["workflow"],
         state=m["state"], wait_kind=m["wait_kind"], state_version=m["state_version"], last_seq=m["last_seq"],
         environment=m["environment"], contract=m["contract"], bindings=m["bindings"],
         incident_id=m["incident_id"], outcome=m["outcome"], created_at=m["created_at"], updated_at=m["updated_at"],
         traceparent=m.get("traceparent"),
     )
+    run_traces.remember(run)
+    return run
 
 
 def step_from_row(row: Row[Any]) -> Step:

@@ -26,8 +26,10 @@ from ira.core.redact import Redactor
 from ira.core.run import Run, RunEvent
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
-from ira.runtime.store.folded_cas import PROMOTED, event_params, folded_bump, promotion_params
-from ira.runtime.store.outbox import enqueue
+from ira.runtime.store import run_traces
+from ira.runtime.store.database import settle_taken
+from ira.runtime.store.folded_cas import PROMOTED, event_params, folded_bump, outbox_params, promotion_params
+from ira.runtime.store.outbox import enqueue, outbox_rows
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
 from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
@@ -72,6 +74,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
     await insert_steps(conn, new, at=at)
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
     run = Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"})
+    run_traces.remember(run)
     await _enqueue_as(conn, run, runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent()), at=at)
     return run, True
 
@@ -95,10 +98,12 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     rest, attempt_ended, plan = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
     unpromoted = len(rest.steps)
     rest = await with_promotions(conn, rest, finishing, at=at, plan=plan)
-    # PostgreSQL: the events and the promotions ride in the compare-and-set (folded_cas)
+    # PostgreSQL: the events, the promotions and the outbox ride in the compare-and-set (folded_cas)
     folds = conn.dialect.name == "postgresql"
     fold_events, promoted = folds and bool(rest.events), rest.steps[unpromoted:] if folds else ()
-    row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted)
+    enqueued = _folded_outbox(conn, rest, at=at) if folds and rest.outbox else None
+    row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted,
+                              rows=enqueued[0] if enqueued else ())
     if row is None:
         await _explain_refusal(conn, rest)
     if promoted:
@@ -112,8 +117,31 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     if not fold_events:
         first_seq = run.last_seq - len(rest.events) + 1
         await _append_events(conn, change.tenant_id, change.run_id, rest.events, first_seq=first_seq, at=at)
-    await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
+    if enqueued is None:
+        await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
+    elif enqueued[1]:
+        await _settle_as(conn, run, enqueued[1])
     return run
+
+
+def _folded_outbox(conn: AsyncConnection, change: RunCommit, *, at: datetime
+                   ) -> tuple[list[dict[str, object]], dict[str, str]] | None:
+    """The outbox rows (and the messages listeners took) the compare-and-set can write, stamped
+    with the run's trace context as ``_enqueue_as`` stamps them; None where that is not known."""
+    known, traceparent = run_traces.known(change.tenant_id, change.run_id)
+    if not known:
+        return None
+    return outbox_rows(conn, runtrace.stamp(change.outbox, runtrace.parent_for(traceparent)), at=at)
+
+
+async def _settle_as(conn: AsyncConnection, run: Run, taken: dict[str, str]) -> None:
+    """The listeners act on the messages they took (``_enqueue_as`` on why ``get_run`` answers ``run``)."""
+    info = conn.info
+    info[_ENQUEUED_RUN] = run
+    try:
+        await settle_taken(conn, taken)
+    finally:
+        info.pop(_ENQUEUED_RUN, None)
 
 
 async def _enqueue_as(conn: AsyncConnection, run: Run, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
@@ -138,10 +166,12 @@ def _sources_of(target: RunState) -> list[RunState]:
 
 
 async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False,
-                        promoted: Sequence[StepChange] = ()) -> Row[Any] | None:
+                        promoted: Sequence[StepChange] = (), rows: Sequence[dict[str, object]] = ()
+                        ) -> Row[Any] | None:
     """The compare-and-set: the run's new row, or None if refused. PostgreSQL (``folded_cas``):
     ``with_events``, the change's events are appended by the same statement; ``promoted``, these
-    promotions are applied by it too (the row's ``PROMOTED`` lists those it took)."""
+    promotions are applied by it too (the row's ``PROMOTED`` lists those it took); ``rows``, these
+    outbox rows (``outbox.outbox_rows``) are inserted by it."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
@@ -149,12 +179,15 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
     statement = _bump_statement(change.state is not None, change.outcome is not None)
-    if with_events or promoted:
+    if with_events or promoted or rows:
         if with_events:
             params.update(event_params(change.events, SHAPES))
         if promoted:
             params.update(promotion_params(promoted))
-        return (await conn.execute(folded_bump(statement, with_events, bool(promoted)), params)).first()
+        if rows:
+            params.update(outbox_params(rows))
+        folded = folded_bump(statement, with_events, bool(promoted), bool(rows))
+        return (await conn.execute(folded, params)).first()
     return (await conn.execute(statement, params)).first()
 
 
