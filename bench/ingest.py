@@ -5,17 +5,18 @@ Usage: .venv/bin/python bench/ingest.py [--duration 6] [--rounds 3] [--connectio
        .venv/bin/python bench/ingest.py --pipeline [--compare-alertmanager] [--duration 6] [--rounds 3]
        [--set runtime.relay_batch_size=500 ...] (any ira setting, for comparing tunings)
 
-``--pipeline`` measures the whole ``ira dev`` instead (every role in one process, its embedded
-broker and Redis, SQLite; the dev config with the rate limits raised): alerts/s and p50/p99 as
-wrk sees them, and the CPU per alert of every process of the ira dev tree (``ira dev`` itself,
-the Tansu broker it started, the Redis server it daemonized; ``/proc/<pid>/stat``), both over
-wrk's window and until triage had handled every alert accepted in it (``cpu_ms_per_alert`` and
-``cpu_ms_per_alert_drained``). Whether triage keeps up: the backlog (alerts accepted at the edge
-minus alerts triage handled, from ira's counters) sampled every second during the window, and
-how long after wrk stopped triage needed to catch up (``caught_up_s``). With
-``--compare-alertmanager`` a Debian Alertmanager takes the same load in the same round, back to
-back, and the ratio lines compare alerts/s and CPU per alert (``value`` >= 1 is ira ahead on
-throughput; for CPU, ira's ms per alert over Alertmanager's).
+``--pipeline`` measures the whole ``ira dev`` instead (every role, the roles of
+``dev.processes`` in child processes, its embedded broker and Redis, SQLite; the dev config with
+the rate limits raised): alerts/s and p50/p99 as wrk sees them, and the CPU per alert of every
+process of the ira dev tree (``ira dev`` itself, its children, the Tansu broker it started, the
+Redis server it daemonized; ``/proc/<pid>/stat``), both over wrk's window and until triage had
+handled every alert accepted in it (``cpu_ms_per_alert`` and ``cpu_ms_per_alert_drained``).
+Whether triage keeps up: the backlog (alerts accepted at the edge minus alerts triage handled,
+from ira's counters) sampled every second during the window, and how long after wrk stopped
+triage needed to catch up (``caught_up_s``). With ``--compare-alertmanager`` a Debian
+Alertmanager takes the same load in the same round, back to back, and the ratio lines compare
+alerts/s and CPU per alert (``value`` >= 1 is ira ahead on throughput; for CPU, ira's ms per
+alert over Alertmanager's).
 
 What runs (all on this machine, on loopback):
 

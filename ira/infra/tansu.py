@@ -14,16 +14,12 @@ which then drains its consumers before it stops the broker.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -31,9 +27,10 @@ from types import TracebackType
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from ira.runtime.children import die_with_parent
+
 HOST = "127.0.0.1"
 log = logging.getLogger(__name__)
-_PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _POLL = 0.05
 # Variables Tansu reads as option defaults: ira's own OTLP endpoint must not redirect it.
@@ -58,25 +55,6 @@ def free_port(host: str = HOST) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGKILL the child when its parent thread exits.
-
-    libc is loaded here, in the parent, so the child only makes one system call between
-    fork and exec. The getppid check closes the race where the parent died before prctl.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
 
 
 class EmbeddedKafka:
@@ -147,7 +125,7 @@ class EmbeddedKafka:
             log.flush()
             return subprocess.Popen(  # noqa: S603 - a fixed binary with our own arguments
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent(),
+                start_new_session=True, preexec_fn=die_with_parent(),
             )
 
     async def _wait_ready(self) -> None:

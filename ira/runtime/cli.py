@@ -191,3 +191,7 @@ def replay(bundle: Annotated[Path | None, typer.Option(help="The bundle director
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":  # ``python -m ira.runtime.cli``: how ``ira dev`` starts its children
+    main()

@@ -23,6 +23,8 @@ constant that names a point sits beside its ``hit``):
   created the ticket / its receipt is stored.
 * ``run.after_complete`` (``ira.coordinator.handlers.AFTER_COMPLETE``): the verifier's
   COMPLETED (C6) with its delivery outbox is committed / any delivery is attempted.
+* ``worker.before_ready`` (``ira.runtime.process.WORKER_BEFORE_READY``): an ``ira worker``
+  opened its platform / it is ready (``ira dev`` must then stop, not restart it forever).
 * ``delivery.after_send`` (``ira.notifier.worker.AFTER_SEND``): the channel answered /
   the receipt is stored.
 

@@ -226,8 +226,8 @@ def _operations_router(metrics: Metrics, checks: dict[str, ReadinessCheck], time
 
     @router.get("/metrics")
     async def prometheus_metrics() -> Response:
-        """Prometheus text exposition of this process's metrics."""
-        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+        """Prometheus text exposition of this process's metrics (with its child processes')."""
+        return Response(await metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     return router
 

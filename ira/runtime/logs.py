@@ -101,7 +101,8 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         at = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
-        line = f"{at} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        role = getattr(record, "role", None)
+        line = f"{at} {record.levelname:<7} {f'[{role}] ' if role else ''}{record.name}: {record.getMessage()}"
         if record.exc_info or record.exc_text:
             line += "\n" + (record.exc_text or self.formatException(record.exc_info))  # type: ignore[arg-type]
         return line
@@ -112,8 +113,22 @@ def is_text(log_format: str, stream: TextIO) -> bool:
     return log_format == "text" or (log_format == "auto" and stream.isatty())
 
 
+class RoleFilter(logging.Filter):
+    """Names the role of an ``ira worker`` on each of its lines: a child of ``ira dev`` writes to
+    the same stream as its parent and the other children."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self._role = role
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.role = self._role
+        return True
+
+
 def configure_logging(
     level: str | int = "INFO", *, secrets: Iterable[str] = (), stream: TextIO | None = None, log_format: str = "json",
+    role: str | None = None,
 ) -> logging.Handler:
     """Send every log record to ``stream`` (stderr), masking ``secrets``: JSON lines, or for a
     person at a terminal short text lines of warnings and errors only (the quiet default of
@@ -131,6 +146,8 @@ def configure_logging(
     handler.set_name(HANDLER_NAME)
     handler.setFormatter(TextFormatter() if text else JsonFormatter())
     handler.addFilter(SecretFilter(secrets))
+    if role is not None:
+        handler.addFilter(RoleFilter(role))
     root.addHandler(handler)
     root.setLevel(max(logging.getLevelName(level) if isinstance(level, str) else level, logging.WARNING)
                   if text else level)

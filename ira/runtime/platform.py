@@ -32,3 +32,5 @@ class Platform:
     metrics: Metrics
     kafka_bootstrap: str
     """Where consumers connect (the embedded broker's address in ``ira dev``)."""
+    redis_url: str = ""
+    """The URL ``redis`` was built from (the embedded server's in ``ira dev``): for child processes."""

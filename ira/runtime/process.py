@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 
+import uvicorn
+
 from ira.core.errors import ConfigError
+from ira.runtime.children import ChildRoles, ready_line
 from ira.runtime.devstart import clear_data_dir, port_hint, port_in_use, ready_block
+from ira.runtime.fault import FaultPoints
 from ira.runtime.logs import configure_logging
+from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck, kafka_check, redis_check, run_checks
 from ira.runtime.role import Role, doctor_checks, load_roles
 from ira.runtime.settings import Settings
 from ira.runtime.stack import open_platform
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import pending, upgrade
-from ira.runtime.supervisor import Supervision, build_http, install_stop_signals, supervise
+from ira.runtime.supervisor import STOP_TIMEOUT, Supervision, build_http, install_stop_signals, supervise
 from ira.runtime.telemetry import setup_tracing, shutdown_tracing
 
 Say = Callable[[str], None]
@@ -28,7 +34,8 @@ GATEWAY = "gateway"
 async def run_dev(
     settings: Settings, *, say: Say, live: bool = False, demo: bool = False, fresh: bool = False,
 ) -> int:
-    """``ira dev``: every role, the HTTP app and the embedded services in one process.
+    """``ira dev``: every role, the HTTP app and the embedded services; the roles of
+    ``dev.processes`` in child processes (:mod:`ira.runtime.children`), the others in this one.
 
     ``demo`` binds the investigators to the bundled incident's recording and plays its source
     events once ira is ready: a complete run to watch without any outside system. ``fresh``
@@ -44,13 +51,16 @@ async def run_dev(
         settings = with_demo_recording(settings)
     tracer = setup_tracing(settings)
     roles = list(load_roles().values())
+    counts = child_counts(settings, roles)
     supervision = Supervision()
     install_stop_signals(supervision)
     url = f"http://{settings.http.host}:{settings.http.port}"
     background: set[asyncio.Task[object]] = set()
 
     def on_ready() -> None:
-        say(f"ready     {url}  (roles: {', '.join(r.name for r in roles)})")
+        names = [f"{r.name} ({counts[r.name]} process{'es' if counts[r.name] > 1 else ''})" if r.name in counts
+                 else r.name for r in roles]
+        say(f"ready     {url}  (roles: {', '.join(names)})")
         say(ready_block(settings, url=url, demo=demo))
         if demo:
             background.add(asyncio.create_task(play_demo(settings, url=url, speedup=30.0, say=say)))
@@ -61,13 +71,37 @@ async def run_dev(
                 settings = await start_live(stack, settings, url=url, say=say)
             platform = await stack.enter_async_context(open_platform(settings, embedded=True, say=say))
             server = build_http(platform, roles, supervision, tracer)
-            code = await supervise(platform, roles, server=server, supervision=supervision, on_ready=on_ready)
+            loops: list[Role] = [role for role in roles if not counts.get(role.name)]
+            if counts:
+                children = ChildRoles(counts, env=child_env(platform), say=say, stopping=supervision.requested,
+                                      stop_timeout=settings.runtime.drain_timeout + STOP_TIMEOUT)
+                platform.metrics.others = children.metrics
+                loops.append(children)
+            code = await supervise(platform, loops, server=server, supervision=supervision, on_ready=on_ready)
     finally:
         for task in background:
             task.cancel()
         shutdown_tracing(tracer)
     say("stopped")
     return code
+
+
+def child_counts(settings: Settings, roles: Sequence[Role]) -> dict[str, int]:
+    """``dev.processes`` without the zeros; a role name that does not exist is a config error."""
+    known = {role.name for role in roles}
+    for name in settings.dev.processes:
+        if name not in known:
+            raise ConfigError("dev.processes", f"unknown role {name!r}; known: {', '.join(sorted(known))}")
+    return {name: count for name, count in settings.dev.processes.items() if count > 0}
+
+
+def child_env(platform: Platform) -> dict[str, str]:
+    """A child's environment: this one's, pointed at the services this process started, with
+    its ops endpoints on a free port (it names it in its ``ready`` line)."""
+    settings = platform.settings
+    return {**os.environ, "IRA_KAFKA_BOOTSTRAP": platform.kafka_bootstrap, "IRA_REDIS_URL": platform.redis_url,
+            "IRA_DATABASE_URL": settings.database_url, "IRA_DATA_DIR": str(settings.data_dir.resolve()),
+            "IRA_HTTP_PORT": "0", "IRA_ENV": settings.environment}
 
 
 LIVE_FAULT_AFTER = 60.0
@@ -130,9 +164,13 @@ async def play_demo(settings: Settings, *, url: str, speedup: float, say: Say) -
     return 0
 
 
+WORKER_BEFORE_READY = "worker.before_ready"
+
+
 async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:
     """``ira worker --role``: one role's loop (or the gateway's HTTP) against external services."""
-    configure_logging(settings.log_level, secrets=settings.secret_values(), log_format=settings.log_format)
+    configure_logging(settings.log_level, secrets=settings.secret_values(), log_format=settings.log_format,
+                      role=role_name)
     roles = load_roles()
     if role_name != GATEWAY and role_name not in roles:
         raise ConfigError("role", f"unknown role {role_name!r}; known: {', '.join([GATEWAY, *roles])}")
@@ -143,12 +181,19 @@ async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:
     install_stop_signals(supervision)
     try:
         async with open_platform(settings, embedded=False, say=say) as platform:
+            FaultPoints(settings.faults).hit(WORKER_BEFORE_READY)
             server = build_http(platform, route_roles, supervision, tracer)
             code = await supervise(platform, loops, server=server, supervision=supervision,
-                                   on_ready=lambda: say(f"ready     role {role_name}"))
+                                   on_ready=lambda: say(ready_line(role_name, bound_url(server))))
     finally:
         shutdown_tracing(tracer)
     return code
+
+
+def bound_url(server: uvicorn.Server) -> str:
+    """Where ``server`` listens (its port may have been 0: any free one)."""
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    return f"http://{host}:{port}"
 
 
 async def upgrade_database(settings: Settings, *, say: Say) -> None:

@@ -111,4 +111,4 @@ async def open_platform(settings: Settings, *, embedded: bool, say: Say = log.in
         redis = redis_client(redis_url)
         stack.push_async_callback(redis.aclose)
         yield Platform(settings=settings, db=db, producer=producer, redis=redis, clock=SystemClock(),
-                       metrics=Metrics(), kafka_bootstrap=bootstrap)
+                       metrics=Metrics(), kafka_bootstrap=bootstrap, redis_url=redis_url)

@@ -29,7 +29,7 @@ role can add its own metrics with ``metrics.registry``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -170,6 +170,17 @@ class Metrics:
             "ira_waiting_oldest_age_seconds", "Age of the oldest waiting item per queue (0 when empty)", ["queue"],
             registry=r)
 
+        self.others: Callable[[], Awaitable[Sequence[str]]] | None = None
+        """The expositions of this process's child processes (``ira dev``), merged into ``/metrics``."""
+
     def render(self) -> bytes:
-        """The registry in Prometheus text format, for ``GET /metrics``."""
+        """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+    async def exposition(self) -> bytes:
+        """``GET /metrics``: this process's registry merged with its children's (:mod:`ira.runtime.metrics_merge`)."""
+        if self.others is None:
+            return self.render()
+        from ira.runtime.metrics_merge import merged
+
+        return merged(self.registry, await self.others())

@@ -10,36 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import os
-import signal
 import sys
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from ira.runtime.children import die_with_parent
 from ira.runtime.pause import pause
 from ira.triage.noise_app import NoiseWorkerConfig
 
 log = logging.getLogger(__name__)
-_PR_SET_PDEATHSIG = 1
 MODULE = "ira.triage.noise_worker"
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGKILL the child when its parent dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 class NoiseWorkerProcess:
@@ -81,7 +62,7 @@ class NoiseWorkerProcess:
         with self._log_path.open("ab") as output:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", MODULE, stdin=asyncio.subprocess.PIPE, stdout=output,
-                stderr=asyncio.subprocess.STDOUT, preexec_fn=_die_with_parent(), start_new_session=True)
+                stderr=asyncio.subprocess.STDOUT, preexec_fn=die_with_parent(), start_new_session=True)
         assert process.stdin is not None
         process.stdin.write(self._config.model_dump_json().encode())
         await process.stdin.drain()

@@ -77,11 +77,19 @@ class DevProcess:
 
     async def start(self) -> None:
         """Start and wait (bounded) for ``/readyz`` 200. A new process group, so it can be killed whole."""
+        self.launch()
+        await self.wait_ready()
+
+    def launch(self) -> None:
+        """Start it, without waiting for anything."""
         self.starts += 1
         with (self.home / f"dev{self.starts}.log").open("wb") as out:
             self.proc = subprocess.Popen([ira_command(), *self.command], cwd=self.home, stdout=out,  # noqa: S603
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          env={**self.env, "IRA_HTTP_PORT": str(self.port)})
+
+    async def wait_ready(self) -> None:
+        """Bounded wait for ``/readyz`` 200 (fails at once if the process died)."""
         await eventually(self._ready, timeout=90, interval=0.25, message=f"ira {' '.join(self.command)} ready")
 
     async def _ready(self) -> bool:

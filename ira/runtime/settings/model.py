@@ -69,7 +69,9 @@ class SlackApprover(Grant):
 
 class HttpSettings(Section):
     host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
+    port: int = Field(default=8080, ge=0, le=65535)
+    """0: any free port (the child processes of ``ira dev`` serve their ops endpoints there and
+    say which in their ``ready`` line)."""
     header_timeout: Duration = timedelta(seconds=10)
     """A request's headers must arrive within this (slow clients are cut off)."""
     body_timeout: Duration = timedelta(seconds=30)
@@ -198,6 +200,27 @@ class RuntimeTuning(Section):
     """A sent message its consumer has not applied this long after is sent again (then 2x, 4x, 8x)."""
 
 
+DEV_PROCESSES_MAX = 16
+
+
+class DevSettings(Section):
+    """How ``ira dev`` spreads its roles over processes (``ira worker --role`` children)."""
+
+    processes: dict[str, int] = Field(default_factory=lambda: {"triage": 1})
+    """Role -> how many child processes run it instead of the main process (0: in the main
+    process). Default: triage in one child, so triaging an alert storm does not share one
+    core's event loop with the gateway (bench/README.md). ``gateway``: that many extra
+    processes serve the webhook routes on the main HTTP port (SO_REUSEPORT)."""
+
+    @field_validator("processes")
+    @classmethod
+    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
+        for role, count in value.items():
+            if not 0 <= count <= DEV_PROCESSES_MAX:
+                raise ValueError(f"{role}: between 0 and {DEV_PROCESSES_MAX} processes")
+        return value
+
+
 def _dims(**amounts: int) -> dict[BudgetDimension, int]:
     return {BudgetDimension(name): amount for name, amount in amounts.items()}
 
@@ -283,6 +306,8 @@ class Settings(Section):
     telemetry: TelemetrySettings = TelemetrySettings()
     artifact_max_bytes: int = Field(default=1024 * 1024, ge=1)
     runtime: RuntimeTuning = RuntimeTuning()
+    dev: DevSettings = DevSettings()
+    """``ira dev`` only: which roles run in child processes."""
     consumer: ConsumerTuning = ConsumerTuning()
     """Failing records: held at most ``max_hold``, then parked and retried from the store."""
     agents: AgentsSettings = AgentsSettings()
