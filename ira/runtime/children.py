@@ -189,12 +189,13 @@ class ChildRoles:
     name = "processes"
 
     def __init__(
-        self, counts: Mapping[str, int], *, env: Mapping[str, str], say: Callable[[str], None],
+        self, counts: Mapping[str, int], *, env: Callable[[str], Mapping[str, str]], say: Callable[[str], None],
         stopping: asyncio.Event, stop_timeout: timedelta,
     ) -> None:
-        """``stopping``: the main process's stop request; children are stopped as soon as it is
-        set, before the main process drains its own loops (its relay still publishes meanwhile)."""
-        self.children = [Child(role, i + 1, env, say, stop_timeout)
+        """``env``: a role's children's environment. ``stopping``: the main process's stop
+        request; children are stopped as soon as it is set, before the main process drains its
+        own loops (its relay still publishes meanwhile)."""
+        self.children = [Child(role, i + 1, env(role), say, stop_timeout)
                          for role, count in counts.items() for i in range(count)]
         self._stopping = stopping
         self._client = httpx.AsyncClient(timeout=SCRAPE_TIMEOUT.total_seconds())
@@ -220,7 +221,8 @@ class ChildRoles:
             await self._client.aclose()
 
     async def metrics(self) -> list[str]:
-        """The ``/metrics`` text of every child that is up (one that does not answer is left out)."""
+        """The ``/metrics`` text of every child that is up, its own only (one that does not answer is left out)."""
         urls = [c.url for c in self.children if c.url]
-        answers = await asyncio.gather(*(self._client.get(f"{url}/metrics") for url in urls), return_exceptions=True)
+        answers = await asyncio.gather(*(self._client.get(f"{url}/metrics", params={"scope": "process"})
+                                         for url in urls), return_exceptions=True)
         return [a.text for a in answers if isinstance(a, httpx.Response) and a.status_code == 200]

@@ -225,9 +225,11 @@ def _operations_router(metrics: Metrics, checks: dict[str, ReadinessCheck], time
         return JSONResponse({"status": "ready", "checked": sorted(checks)})
 
     @router.get("/metrics")
-    async def prometheus_metrics() -> Response:
-        """Prometheus text exposition of this process's metrics (with its child processes')."""
-        return Response(await metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+    async def prometheus_metrics(scope: str | None = None) -> Response:
+        """Prometheus text exposition: of the whole ``ira dev`` with its child processes, or with
+        ``?scope=process`` of the one process that answers (what ``ira dev`` collects)."""
+        body = metrics.render() if scope == "process" else await metrics.exposition()
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
 
     return router
 

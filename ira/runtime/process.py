@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
@@ -14,8 +15,10 @@ import uvicorn
 from ira.core.errors import ConfigError
 from ira.runtime.children import ChildRoles, ready_line
 from ira.runtime.devstart import clear_data_dir, port_hint, port_in_use, ready_block
+from ira.runtime.devtree import PARENT_ENV, Parent, private_listener, shared_listener, url_of
 from ira.runtime.fault import FaultPoints
 from ira.runtime.logs import configure_logging
+from ira.runtime.metrics_merge import merged
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck, kafka_check, redis_check, run_checks
 from ira.runtime.role import Role, doctor_checks, load_roles
@@ -58,8 +61,8 @@ async def run_dev(
     background: set[asyncio.Task[object]] = set()
 
     def on_ready() -> None:
-        names = [f"{r.name} ({counts[r.name]} process{'es' if counts[r.name] > 1 else ''})" if r.name in counts
-                 else r.name for r in roles]
+        names = [f"{name} ({counts[name]} process{'es' if counts[name] > 1 else ''})" if name in counts
+                 else name for name in [r.name for r in roles] + ([GATEWAY] if GATEWAY in counts else [])]
         say(f"ready     {url}  (roles: {', '.join(names)})")
         say(ready_block(settings, url=url, demo=demo))
         if demo:
@@ -70,12 +73,15 @@ async def run_dev(
             if live:
                 settings = await start_live(stack, settings, url=url, say=say)
             platform = await stack.enter_async_context(open_platform(settings, embedded=True, say=say))
-            server = build_http(platform, roles, supervision, tracer)
+            listeners = dev_listeners(settings) if GATEWAY in counts else []
+            parent_url = url_of(listeners[-1]) if listeners else ""
+            server = build_http(platform, roles, supervision, tracer, listeners=listeners)
             loops: list[Role] = [role for role in roles if not counts.get(role.name)]
             if counts:
-                children = ChildRoles(counts, env=child_env(platform), say=say, stopping=supervision.requested,
+                children = ChildRoles(counts, env=lambda role: child_env(platform, role, parent_url=parent_url),
+                                      say=say, stopping=supervision.requested,
                                       stop_timeout=settings.runtime.drain_timeout + STOP_TIMEOUT)
-                platform.metrics.others = children.metrics
+                platform.metrics.whole = lambda: whole_tree(platform, children)
                 loops.append(children)
             code = await supervise(platform, loops, server=server, supervision=supervision, on_ready=on_ready)
     finally:
@@ -88,20 +94,35 @@ async def run_dev(
 
 def child_counts(settings: Settings, roles: Sequence[Role]) -> dict[str, int]:
     """``dev.processes`` without the zeros; a role name that does not exist is a config error."""
-    known = {role.name for role in roles}
+    known = {role.name for role in roles} | {GATEWAY}
     for name in settings.dev.processes:
         if name not in known:
             raise ConfigError("dev.processes", f"unknown role {name!r}; known: {', '.join(sorted(known))}")
     return {name: count for name, count in settings.dev.processes.items() if count > 0}
 
 
-def child_env(platform: Platform) -> dict[str, str]:
-    """A child's environment: this one's, pointed at the services this process started, with
-    its ops endpoints on a free port (it names it in its ``ready`` line)."""
+def child_env(platform: Platform, role: str, *, parent_url: str) -> dict[str, str]:
+    """A child's environment: this one's, pointed at the services this process started. A
+    gateway child shares this process's HTTP port and learns its private URL
+    (:mod:`ira.runtime.devtree`); another serves its ops endpoints on a free port. Each names
+    its private address in its ``ready`` line."""
     settings = platform.settings
-    return {**os.environ, "IRA_KAFKA_BOOTSTRAP": platform.kafka_bootstrap, "IRA_REDIS_URL": platform.redis_url,
-            "IRA_DATABASE_URL": settings.database_url, "IRA_DATA_DIR": str(settings.data_dir.resolve()),
-            "IRA_HTTP_PORT": "0", "IRA_ENV": settings.environment}
+    env = {**os.environ, "IRA_KAFKA_BOOTSTRAP": platform.kafka_bootstrap, "IRA_REDIS_URL": platform.redis_url,
+           "IRA_DATABASE_URL": settings.database_url, "IRA_DATA_DIR": str(settings.data_dir.resolve()),
+           "IRA_HTTP_PORT": str(settings.http.port) if role == GATEWAY else "0", "IRA_ENV": settings.environment}
+    if role == GATEWAY:
+        env[PARENT_ENV] = parent_url
+    return env
+
+
+def dev_listeners(settings: Settings) -> list[socket.socket]:
+    """The HTTP port, shared with the gateway children (``SO_REUSEPORT``), and a private port."""
+    return [shared_listener(settings.http.host, settings.http.port), private_listener(settings.http.host)]
+
+
+async def whole_tree(platform: Platform, children: ChildRoles) -> bytes:
+    """``/metrics`` of ``ira dev``: this process's merged with every child's."""
+    return merged(platform.metrics.registry, await children.metrics())
 
 
 LIVE_FAULT_AFTER = 60.0
@@ -179,21 +200,29 @@ async def run_worker(settings: Settings, role_name: str, *, say: Say) -> int:
     tracer = setup_tracing(settings, service_name=f"ira-{role_name}")
     supervision = Supervision()
     install_stop_signals(supervision)
+    parent = Parent(os.environ[PARENT_ENV]) if role_name == GATEWAY and os.environ.get(PARENT_ENV) else None
     try:
         async with open_platform(settings, embedded=False, say=say) as platform:
             FaultPoints(settings.faults).hit(WORKER_BEFORE_READY)
-            server = build_http(platform, route_roles, supervision, tracer)
+            if parent is None:
+                server = build_http(platform, route_roles, supervision, tracer)
+            else:  # a gateway child of ira dev: on its port, ready with it, its whole /metrics
+                platform.metrics.whole = parent.metrics(platform.metrics.render)
+                server = build_http(platform, route_roles, supervision, tracer, listeners=dev_listeners(settings),
+                                    checks={"ira dev": parent.ready})
             code = await supervise(platform, loops, server=server, supervision=supervision,
                                    on_ready=lambda: say(ready_line(role_name, bound_url(server))))
     finally:
         shutdown_tracing(tracer)
+        if parent is not None:
+            await parent.close()
     return code
 
 
 def bound_url(server: uvicorn.Server) -> str:
-    """Where ``server`` listens (its port may have been 0: any free one)."""
-    host, port = server.servers[0].sockets[0].getsockname()[:2]
-    return f"http://{host}:{port}"
+    """Where ``server`` listens, privately if it has a private port (the last; its port may have
+    been 0: any free one)."""
+    return url_of(server.servers[-1].sockets[0])
 
 
 async def upgrade_database(settings: Settings, *, say: Say) -> None:

@@ -26,7 +26,8 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import socket
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -38,7 +39,7 @@ from ira.runtime.duty import DutyRoster
 from ira.runtime.gate import Gate
 from ira.runtime.http import create_app
 from ira.runtime.platform import Platform
-from ira.runtime.readiness import duties_check, platform_checks, serving_check
+from ira.runtime.readiness import ReadinessCheck, duties_check, platform_checks, serving_check
 from ira.runtime.role import Role
 
 log = logging.getLogger(__name__)
@@ -79,26 +80,36 @@ def install_stop_signals(supervision: Supervision) -> None:
 
 def build_http(
     platform: Platform, route_roles: Sequence[Role], supervision: Supervision, tracer_provider: object | None = None,
+    *, listeners: Sequence[socket.socket] = (), checks: Mapping[str, ReadinessCheck] | None = None,
 ) -> uvicorn.Server:
     """The HTTP server: ops endpoints plus the routes of ``route_roles``, behind the gate.
 
-    uvicorn's own proxy-header rewriting is off: which proxy to believe is ira's setting
-    (``http.trusted_proxies``), not uvicorn's default trust of 127.0.0.1."""
+    ``listeners``: sockets bound beforehand (a port shared with other processes, a private
+    one: :mod:`ira.runtime.devtree`) instead of ``http.host:http.port``; ``checks``: more
+    readiness checks. uvicorn's own proxy-header rewriting is off: which proxy to believe is
+    ira's setting (``http.trusted_proxies``), not uvicorn's default trust of 127.0.0.1."""
     routers = [router for role in route_roles for router in role.routers(platform)]
     checks = {**platform_checks(platform), "serving": serving_check(supervision.gate.is_open),
-              "roles": duties_check(supervision.roster)}
+              "roles": duties_check(supervision.roster), **(checks or {})}
     http = platform.settings.http
     app = create_app(metrics=platform.metrics, routers=routers, readiness_checks=checks,
                      tracer_provider=tracer_provider, body_timeout=http.body_timeout)  # type: ignore[arg-type]
     config = uvicorn.Config(supervision.gate.wrap(app), host=http.host, port=http.port, log_config=None,
                             access_log=False, lifespan="off", timeout_graceful_shutdown=5,
                             http=header_deadline(http.header_timeout), proxy_headers=False)
-    return _Server(config)
+    return _Server(config, list(listeners))
 
 
 class _Server(uvicorn.Server):
     """uvicorn without signal handling of its own: SIGINT/SIGTERM belong to the supervisor, which
     stops accepting HTTP and drains the role loops in its order (module docstring)."""
+
+    def __init__(self, config: uvicorn.Config, listeners: list[socket.socket]) -> None:
+        super().__init__(config)
+        self._listeners = listeners
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().serve(sockets=sockets or self._listeners or None)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -170,17 +170,14 @@ class Metrics:
             "ira_waiting_oldest_age_seconds", "Age of the oldest waiting item per queue (0 when empty)", ["queue"],
             registry=r)
 
-        self.others: Callable[[], Awaitable[Sequence[str]]] | None = None
-        """The expositions of this process's child processes (``ira dev``), merged into ``/metrics``."""
+        self.whole: Callable[[], Awaitable[bytes]] | None = None
+        """The exposition of the whole ``ira dev`` this process is part of, where it has child
+        processes (:mod:`ira.runtime.children`, :mod:`ira.runtime.devtree`)."""
 
     def render(self) -> bytes:
-        """The registry in Prometheus text format."""
+        """This process's registry in Prometheus text format (``GET /metrics?scope=process``)."""
         return generate_latest(self.registry)
 
     async def exposition(self) -> bytes:
-        """``GET /metrics``: this process's registry merged with its children's (:mod:`ira.runtime.metrics_merge`)."""
-        if self.others is None:
-            return self.render()
-        from ira.runtime.metrics_merge import merged
-
-        return merged(self.registry, await self.others())
+        """``GET /metrics``: the whole ``ira dev``'s where there is one, else this process's."""
+        return await self.whole() if self.whole is not None else self.render()

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.devprocess import Burst, DevProcess, until_triaged
+from tests.e2e.devprocess import Burst, DevProcess, dev_config, until_triaged
 from tests.eventually import eventually
 from tests.processes import alive
 from tests.sources.harness import distinct_alert
@@ -138,3 +139,51 @@ async def test_a_child_that_dies_before_it_is_ready_stops_ira_dev_loudly(tmp_pat
     assert await asyncio.to_thread(dev.proc.wait, 60) == 1
     assert "before it was ready" in dev.log() and "triage[1]" in dev.log()
     dev.kill()
+
+
+def gateway_dev(home: Path, gateways: int) -> DevProcess:
+    """ira dev with triage and ``gateways`` gateway processes in children."""
+    dev = DevProcess.on(home)
+    dev.env["IRA_CONFIG"] = str(dev_config(home / "ira.yaml", dev={"processes": {"triage": 1, "gateway": gateways}}))
+    return dev
+
+
+def private_urls(dev: DevProcess, role: str) -> list[str]:
+    """The private addresses the children of ``role`` named in their ``ready`` lines."""
+    log = (dev.home / f"dev{dev.starts}.log").read_text()
+    return re.findall(rf"^{role}\[\d+\] ready\s+role {role} at (\S+)$", log, re.M)
+
+
+async def accepted_of(url: str, **params: str) -> float:
+    """``ira_source_events_accepted_total`` as ``url`` tells it, over a new connection."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{url}/metrics", params=params, timeout=5)).text
+    found = re.search(r'^ira_source_events_accepted_total\{source="am"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_gateway_processes_share_the_port_and_metrics_count_the_whole_tree(tmp_path: Path) -> None:
+    # Given ira dev with two gateway processes beside its own on the one port
+    dev = gateway_dev(tmp_path, 2)
+    await dev.start()
+    try:
+        await eventually(lambda: len(private_urls(dev, "gateway")) == 2, timeout=30, message="two gateways ready")
+        gateways = private_urls(dev, "gateway")
+
+        # When 300 alerts are posted on 16 connections
+        burst = Burst()
+        await burst.post(dev.base_url, [distinct_alert(n) for n in range(300)], connections=16)
+        assert len(burst.accepted) == 300
+
+        # Then the gateway processes took some of them (connections spread over the port's listeners)
+        own = [await accepted_of(url, scope="process") for url in gateways]
+        assert 0 < sum(own) <= 300, own
+        # And /metrics on the shared port counts all 300 whichever process answers, with triage's gauges
+        for _ in range(8):
+            assert await accepted_of(dev.base_url) == 300
+        assert await triage_reports_metrics(dev)
+        # And every one of them ends triaged
+        evaluated = await until_triaged(dev.database_url, set(burst.answered), timeout=60)
+        assert set(evaluated.values()) == {1}
+    finally:
+        await dev.stop()
