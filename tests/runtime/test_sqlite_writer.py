@@ -170,3 +170,31 @@ async def test_a_write_cancelled_inside_its_block_is_undone_and_the_next_one_com
     async with db.transaction() as conn:
         await conn.execute(text("UPDATE counter SET n = n + 1"))
     assert await _count(db) == 1
+
+
+async def test_a_writer_cancelled_while_waiting_for_the_lock_leaves_the_next_one_free_to_commit(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    """Its BEGIN still runs on aiosqlite's thread once the other process lets go: it must not
+    leave the connection holding the write lock for the next writer to trip over."""
+    db, path = sqlite_db
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+
+    async def increment() -> None:
+        async with db.transaction() as conn:
+            await conn.execute(text("UPDATE counter SET n = n + 10"))
+
+    waiting = asyncio.create_task(increment())
+    for _ in range(10):
+        await asyncio.sleep(0.01)
+    assert not waiting.done()
+    waiting.cancel()
+    await asyncio.sleep(0.05)
+    other.execute("COMMIT")
+    other.close()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, timeout=15)
+    async with db.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 100"))
+    assert await _count(db) == 101

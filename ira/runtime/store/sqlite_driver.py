@@ -11,6 +11,7 @@ picks it for every SQLite URL.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import sqlite3
 from typing import Any
@@ -176,8 +177,37 @@ async def begin_writing(adapted: OneHopConnection) -> None:
     except sqlite3.OperationalError as exc:
         if "locked" not in str(exc) and "busy" not in str(exc):
             raise
-        await adapted._connection._execute(_begin_immediate, conn, BUSY_TIMEOUT_MS)
+        await _wait_for_lock(adapted, conn)
     adapted.inline = True
+
+
+async def _wait_for_lock(adapted: OneHopConnection, conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE`` on aiosqlite's thread, waiting up to the busy timeout.
+
+    The thread runs it whatever happens to the task that asked: a task cancelled while it waits
+    would hand the connection back (to the pool) with a BEGIN still to come, which then holds
+    the write lock in a connection nobody uses, and the next writer on it fails ("cannot start
+    a transaction within a transaction"). So a cancelled wait still lets the BEGIN end, rolls
+    back what it opened, and only then raises the cancellation.
+    """
+    waiting = asyncio.ensure_future(adapted._connection._execute(_begin_immediate, conn, BUSY_TIMEOUT_MS))
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            await asyncio.shield(waiting)
+            break
+        except asyncio.CancelledError as exc:
+            if waiting.done():
+                break
+            cancelled = exc  # bounded by the busy timeout
+        except sqlite3.Error:
+            break
+    if cancelled is None:
+        waiting.result()  # the BEGIN's own error, if any
+        return
+    if not waiting.cancelled() and waiting.exception() is None and conn.in_transaction:
+        conn.rollback()
+    raise cancelled
 
 
 def end_writing(adapted: OneHopConnection) -> None:
