@@ -5,7 +5,8 @@
   (:class:`~ira.runtime.store.group_commit.GroupCommit`); the relay publishes them to
   ``ira.alerts.v1`` afterwards, with the same key, headers and event id, and the scanner
   re-sends any that triage has not applied after ``runtime.resend_after``. A stop, a crash or
-  a broker that forgets after the 202 loses nothing. Dedupe marks are set only after the commit.
+  a broker that forgets after the 202 loses nothing. Dedupe marks are set only after the commit
+  (asked for before the 202, which does not wait for Redis to set them).
 * :class:`BrokerAcceptance` (``broker``): the events are produced and every ack awaited; only
   durable with an external Kafka that replicates (the producer always asks for ``acks=all``).
   Marks are claimed first and released when the produce fails.
@@ -29,7 +30,7 @@ from ira.core.commit import OutboxMessage
 from ira.runtime.bus.tracing import traceparent
 from ira.runtime.fault import FaultPoints
 from ira.runtime.store.outbox import MessageKey
-from ira.sources.dedupe import CHECK, CLAIM, MARK, EdgeDedupe
+from ira.sources.dedupe import CHECK, CLAIM, EdgeDedupe
 from ira.sources.errors import EdgeUnavailableError
 from ira.sources.message import event_message
 from ira.sources.ratelimit import RateWindow
@@ -89,16 +90,10 @@ class StoreAcceptance:
             key = (events[i].tenant_id, events[i].event_id)
             accepted[i] = key in written
             written.discard(key)  # a second copy in the same request is a duplicate
-        await self._mark_quietly(rate, [keys[i] for i in unmarked], window)
+        # Every one of these is durable now (written here or before). The answer does not wait
+        # for the marks: one that cannot be set only costs the next copy a trip to the store.
+        self._dedupe.mark(rate, [keys[i] for i in unmarked], window=window)
         return accepted
-
-    async def _mark_quietly(self, rate: RateWindow, keys: list[str], window: timedelta) -> None:
-        """Every one of ``keys`` is durable now (written here or before); a mark that cannot be
-        set only costs the next copy a trip to the store, so the answer stays 202."""
-        try:
-            await self._dedupe.admit(rate, keys, window=window, op=MARK)
-        except EdgeUnavailableError as exc:
-            log.warning("could not set %d dedupe mark(s) after the commit: %s", len(keys), exc)
 
 
 class BrokerAcceptance:

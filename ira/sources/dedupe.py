@@ -13,8 +13,9 @@ on the commit point (``ingest.ack``):
 * ``store`` (:data:`CHECK`, then :data:`MARK`): the script only *reads* the marks; events
   without one go to the store's outbox, whose unique message id is the durable dedupe (1,000
   concurrent copies -> one row, one "accepted"); once that transaction committed, their marks
-  are set. A crash between the two leaves no mark behind, so the sender's retry is never
-  taken for a duplicate of something that was not stored.
+  are set (:meth:`EdgeDedupe.mark`: the 202 does not wait for them). A crash between the two
+  leaves no mark behind, so the sender's retry is never taken for a duplicate of something
+  that was not stored.
 * ``broker`` (:data:`CLAIM`): ``SET NX`` claims the marks first (the claim is the dedupe across
   gateway replicas), and the caller releases (DEL) them whenever it cannot answer 202.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -43,6 +45,8 @@ from redis.exceptions import RedisError
 from ira.sources.errors import EdgeUnavailableError
 from ira.sources.ratelimit import RateWindow
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PREFIX = "ira:"
 
 CLAIM, CHECK, MARK = "claim", "check", "mark"
@@ -50,13 +54,16 @@ CLAIM, CHECK, MARK = "claim", "check", "mark"
 set them (SET: the events are durable now; nothing is counted)."""
 
 ADMIT_SCRIPT = """
--- Serves n requests of one source, in order. ARGV[1] = n; then per request eight values:
--- the rate limit, the counter's TTL (ms), the dedupe window (ms), its number of marks k, its op,
--- the alert bucket's refill per second (0: alerts not counted), its size, now (ms).
+-- Serves n requests of one source, in order. ARGV[1] = n; then per request ONE value, its eight
+-- numbers and words separated by spaces: the rate limit, the counter's TTL (ms), the dedupe
+-- window (ms), its number of marks k, its op, the alert bucket's refill per second (0: alerts
+-- not counted), its size, now (ms).
 -- KEYS: per request, its rate counter, its alert bucket, then its k marks.
--- Returns, per request, its count (0 for 'mark'), the ms until the bucket holds its k alerts
--- (0: taken) and k flags: 1 = fresh (claim: this call set the mark; check: no mark there;
--- mark: set), 0 = a mark was there or the request was refused (then no mark is looked at).
+-- Returns ONE string, per request "<count> <wait> f<flags>" joined by spaces: its count (0 for
+-- 'mark'), the ms until the bucket holds its k alerts (0: taken) and k flags: 1 = fresh (claim:
+-- this call set the mark; check: no mark there; mark: set), 0 = a mark was there or the request
+-- was refused (then no mark is looked at). (One string and one value per request: packing
+-- eight values and parsing k + 2 replies per request cost the client more than the script.)
 local function take(bucket, n, rate, size, now)
   local held = redis.call('HMGET', bucket, 't', 'at')
   local tokens, at = tonumber(held[1]), tonumber(held[2])
@@ -68,37 +75,38 @@ local function take(bucket, n, rate, size, now)
   redis.call('PEXPIRE', bucket, math.ceil(size * 1000 / rate) + 1000)
   return wait
 end
-local out, key, arg = {}, 1, 2
-for _ = 1, tonumber(ARGV[1]) do
-  local limit, marks, op = tonumber(ARGV[arg]), tonumber(ARGV[arg + 3]), ARGV[arg + 4]
-  local rate = tonumber(ARGV[arg + 5])
+local out, key = {}, 1
+for request = 1, tonumber(ARGV[1]) do
+  local limit, ttl, window, marks, op, rate, size, now =
+    string.match(ARGV[request + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  limit, marks, rate = tonumber(limit), tonumber(marks), tonumber(rate)
   local count, wait = 0, 0
   if op ~= 'mark' then
     count = redis.call('INCR', KEYS[key])
-    if count == 1 then redis.call('PEXPIRE', KEYS[key], ARGV[arg + 1]) end
+    if count == 1 then redis.call('PEXPIRE', KEYS[key], ttl) end
     if count <= limit and rate > 0 and marks > 0 then
-      wait = take(KEYS[key + 1], marks, rate, tonumber(ARGV[arg + 6]), tonumber(ARGV[arg + 7]))
+      wait = take(KEYS[key + 1], marks, rate, tonumber(size), tonumber(now))
     end
   end
-  out[#out + 1] = count
-  out[#out + 1] = wait
+  local flags = {}
   for i = 1, marks do
-    local fresh = 0
+    local fresh = '0'
     if op == 'mark' then
-      redis.call('SET', KEYS[key + 1 + i], '1', 'PX', ARGV[arg + 2])
-      fresh = 1
+      redis.call('SET', KEYS[key + 1 + i], '1', 'PX', window)
+      fresh = '1'
     elseif count <= limit and wait == 0 then
       if op == 'claim' then
-        if redis.call('SET', KEYS[key + 1 + i], '1', 'NX', 'PX', ARGV[arg + 2]) then fresh = 1 end
+        if redis.call('SET', KEYS[key + 1 + i], '1', 'NX', 'PX', window) then fresh = '1' end
       elseif redis.call('EXISTS', KEYS[key + 1 + i]) == 0 then
-        fresh = 1
+        fresh = '1'
       end
     end
-    out[#out + 1] = fresh
+    flags[i] = fresh
   end
-  key, arg = key + marks + 2, arg + 8
+  out[request] = string.format('%d %d f%s', count, wait, table.concat(flags))
+  key = key + marks + 2
 end
-return out
+return table.concat(out, ' ')
 """
 MAX_KEYS_PER_CALL = 4096
 """A bound on one call's work, so a burst of 100-alert requests is admitted in a few calls."""
@@ -128,15 +136,21 @@ class _Ask:
     op: str
     answer: asyncio.Future[Admission]
 
-    def args(self) -> tuple[int, int, int, int, str, float, int, int]:
+    def arg(self) -> str:
+        """Its eight values, as the script reads them (one argument: see ADMIT_SCRIPT)."""
         bucket = self.rate.alerts
         per_second, size = (bucket.per_second, bucket.capacity) if bucket else (0, 0)
-        return (self.rate.limit, self.rate.window_ms * 2, self.window_ms, len(self.keys), self.op, per_second, size,
-                self.rate.now_ms)
+        return (f"{self.rate.limit} {self.rate.window_ms * 2} {self.window_ms} {len(self.keys)} {self.op} "
+                f"{per_second!r} {size} {self.rate.now_ms}")
 
     def bucket_key(self) -> str:
         """Its source's alert bucket (a placeholder key under the source's tag when none is counted)."""
         return self.rate.alerts.key if self.rate.alerts else f"{self.rate.key}:alerts"
+
+
+def _log_unset_marks(answer: asyncio.Future[Admission]) -> None:
+    if not answer.cancelled() and (exc := answer.exception()) is not None:
+        log.warning("could not set dedupe mark(s) after the commit: %s", exc)
 
 
 class EdgeDedupe:
@@ -163,13 +177,23 @@ class EdgeDedupe:
     async def admit(self, rate: RateWindow, keys: Sequence[str], *, window: timedelta, op: str = CLAIM) -> Admission:
         """Count the request and, if within the rate, claim (``SET NX PX``) or only look at every
         key; with :data:`MARK`, set every key and count nothing (see the module doc)."""
+        return await self._ask(rate, keys, window, op)
+
+    def mark(self, rate: RateWindow, keys: Sequence[str], *, window: timedelta) -> None:
+        """Set ``keys`` (their events are durable now) without waiting for Redis: the request's
+        answer does not need them. The marks are set in the order asked, so a copy checked
+        after this call is checked after they are set; one that cannot be set is logged (it
+        only costs the next copy a trip to the store)."""
+        self._ask(rate, keys, window, MARK).add_done_callback(_log_unset_marks)
+
+    def _ask(self, rate: RateWindow, keys: Sequence[str], window: timedelta, op: str) -> asyncio.Future[Admission]:
         ask = _Ask(rate, list(keys), max(1, int(window.total_seconds() * 1000)), op,
                    asyncio.get_running_loop().create_future())
         self._waiting.setdefault(rate.source_id, []).append(ask)
         if rate.source_id not in self._callers:
             self._callers[rate.source_id] = asyncio.create_task(self._call_while_waiting(rate.source_id),
                                                               name=f"edge-admit-{rate.source_id}")
-        return await ask.answer
+        return ask.answer
 
     async def _call_while_waiting(self, source_id: str) -> None:
         """Admit this source's waiting requests, a call at a time, until none wait."""
@@ -196,7 +220,7 @@ class EdgeDedupe:
 
     async def _call(self, batch: list[_Ask]) -> None:
         keys = [key for ask in batch for key in (ask.rate.key, ask.bucket_key(), *ask.keys)]
-        args = [len(batch), *(value for ask in batch for value in ask.args())]
+        args: list[int | str] = [len(batch), *(ask.arg() for ask in batch)]
         self.calls += 1
         try:
             reply = await self._admit(keys=keys, args=args)
@@ -205,16 +229,16 @@ class EdgeDedupe:
                 if not ask.answer.done():
                     ask.answer.set_exception(EdgeUnavailableError(f"redis: {type(exc).__name__}: {exc}"))
             return
-        at, orphaned = 0, []
-        for ask in batch:
-            count, wait = int(reply[at]), int(reply[at + 1])
-            fresh = [flag == 1 for flag in reply[at + 2:at + 2 + len(ask.keys)]]
-            at += 2 + len(ask.keys)
+        answers = (reply.decode() if isinstance(reply, bytes) else reply).split(" ")
+        orphaned = []
+        for at, ask in enumerate(batch):
+            count, wait, flags = answers[3 * at:3 * at + 3]
+            fresh = [flag == "1" for flag in flags[1:]]
             if ask.answer.done():  # its request was cancelled meanwhile: nobody will produce these
                 if ask.op == CLAIM:
                     orphaned += [key for key, is_fresh in zip(ask.keys, fresh, strict=True) if is_fresh]
             else:
-                ask.answer.set_result(Admission(count=count, fresh=fresh, alert_wait_ms=wait))
+                ask.answer.set_result(Admission(count=int(count), fresh=fresh, alert_wait_ms=int(wait)))
         if orphaned:
             with contextlib.suppress(EdgeUnavailableError):
                 await self.release(orphaned)

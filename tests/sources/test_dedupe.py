@@ -4,12 +4,13 @@ and each still gets its own count and its own marks."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 import pytest
 from redis.asyncio import Redis
 
-from ira.sources.dedupe import EdgeDedupe
+from ira.sources.dedupe import CHECK, EdgeDedupe
 from ira.sources.errors import EdgeUnavailableError
 from ira.sources.ratelimit import RateWindow
 from tests.eventually import eventually
@@ -88,3 +89,26 @@ async def test_stopping_the_admission_answers_the_requests_waiting_on_it() -> No
         silent.close()
 
     assert [type(r) for r in results] == [EdgeUnavailableError] * 3
+
+
+async def test_marks_are_asked_without_waiting_and_set_before_a_later_check(redis: Redis, redis_prefix: str) -> None:
+    dedupe = EdgeDedupe(redis, prefix=redis_prefix)
+    key = dedupe.key("am", "event-marked")
+
+    dedupe.mark(rate(dedupe), [key], window=WINDOW)  # what a request does once its events are stored
+    assert dedupe.calls == 0  # it did not wait for Redis: its 202 can go out now
+    later = await dedupe.admit(rate(dedupe), [key], window=WINDOW, op=CHECK)  # a copy sent after that 202
+
+    assert later.fresh == [False]  # checked after the mark was set
+    assert await redis.exists(key) == 1
+
+
+async def test_marks_that_cannot_be_set_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    gone = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    dedupe = EdgeDedupe(gone)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ira.sources.dedupe"):
+            dedupe.mark(rate(dedupe), ["k1", "k2"], window=WINDOW)
+            await eventually(lambda: "could not set dedupe mark(s) after the commit" in caplog.text)
+    finally:
+        await gone.aclose()

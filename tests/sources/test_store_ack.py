@@ -23,6 +23,7 @@ from ira.runtime.store.migrate import upgrade
 from ira.runtime.store.outbox import URGENT_HEADER
 from ira.runtime.store.schema import outbox
 from ira.sources.dedupe import EdgeDedupe
+from tests.eventually import eventually
 from tests.sources.harness import AM, AM_TOKEN, Harness, bearer, distinct_alert, harness, serving
 from tests.sources.rawhttp import post_many
 
@@ -83,7 +84,13 @@ async def test_an_unmarked_copy_of_a_stored_alert_is_a_duplicate_by_the_outbox(
     edge, commits = store_edge(db, redis, redis_prefix)
     async with edge.client() as client:
         [event_id] = (await client.post(AM, content=distinct_alert(2), headers=bearer(AM_TOKEN))).json()["event_ids"]
-        await redis.delete(EdgeDedupe(redis, prefix=redis_prefix).key("am", event_id))
+        mark = EdgeDedupe(redis, prefix=redis_prefix).key("am", event_id)
+
+        async def marked() -> bool:  # the 202 does not wait for it
+            return await redis.exists(mark) == 1
+
+        await eventually(marked)
+        await redis.delete(mark)
 
         # When the sender re-sends it
         again = await client.post(AM, content=distinct_alert(2), headers=bearer(AM_TOKEN))
