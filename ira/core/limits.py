@@ -81,4 +81,6 @@ def without_nul(value: str) -> str:
 
 def mapping_without_nul(values: Mapping[str, str]) -> dict[str, str]:
     """Keys and values with every NUL replaced (the same mapping object's content if none)."""
+    if NUL not in "".join(values) and NUL not in "".join(values.values()):  # the usual case, in C
+        return dict(values)
     return {without_nul(k): without_nul(v) for k, v in values.items()}

@@ -51,18 +51,20 @@ class SourceContext:
         """One AlertEvent; ``fingerprint`` None -> computed from the labels like Alertmanager does.
         ``at``: where the alert sits in the payload, for the 422 that names a value the store
         could not hold (InvalidPayloadError)."""
-        if self.source_kind in FITTED:
+        fitted = self.source_kind in FITTED
+        if fitted:
             labels, annotations = limits.mapping_without_nul(labels), limits.mapping_without_nul(annotations)
             generator_url = limits.without_nul(generator_url) if generator_url else generator_url
         name = name or labels.get("alertname") or UNNAMED
         environment, service = environment_of(labels, self.default_environment), service_of(labels)
-        if self.source_kind in FITTED:
+        if fitted:  # fitted and without NUL: nothing is left for ``unstorable`` to find
             name, service = limits.fit(name, limits.ALERT_NAME_MAX), limits.fit_optional(service, limits.SERVICE_MAX)
             environment = limits.fit_optional(environment, limits.ENVIRONMENT_MAX)
-        problems = unstorable(at, labels=labels, annotations=annotations, generator_url=generator_url, name=name,
-                              service=service, environment=environment)
-        if problems:
-            raise InvalidPayloadError(problems)
+        else:
+            problems = unstorable(at, labels=labels, annotations=annotations, generator_url=generator_url,
+                                  name=name, service=service, environment=environment)
+            if problems:
+                raise InvalidPayloadError(problems)
         fingerprint = fingerprint or identity.label_fingerprint(labels)
         source_event_id = identity.state_id(fingerprint, status.value, starts_at)
         return AlertEvent(
