@@ -3,9 +3,12 @@
 ``ask`` is one transaction: the run waits (its worker released), the Approval binds the
 draft hash, the incident version, the role and the expiry; a WorkItem, the notification and
 a durable expiry timer are written with it. A decision applies only through
-:func:`ira.coordinator.approval.judge`; an approval only makes ``approve_ticket`` claimable
-again: it is re-claimed with a new epoch and checks the approval still binds the current
-draft before it finishes, so no permission from before the wait is reused. A staging run under
+:func:`ira.coordinator.approval.judge`; an approval finishes ``approve_ticket`` in the decision's
+own transaction (the judgement, under the run lock, is its check) and so readies
+``create_ticket``, which is claimed with a new epoch and checks again, under the run lock, that
+the approval still binds the current draft and incident version before anything is sent: no
+permission from before the wait is reused. An approval asked by ``create_ticket`` itself (the
+incident moved on after an approval) makes that step READY again. A staging run under
 ``coordinator.staging_auto_approve`` is asked like any run and approved at once by ``AUTO_APPROVER``
 through the same judgement, in the same transaction.
 """
@@ -29,7 +32,7 @@ from ira.coordinator.notify import APPROVAL_REQUESTED, announce, request_notific
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
-from ira.core.commit import EventDraft, RunCommit, StepChange
+from ira.core.commit import EventDraft, OutboxMessage, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.events import APPROVAL_SETTLED, RunEventType
@@ -166,12 +169,30 @@ async def _apply(
         await end_run(conn, run, state=RunState.FAILED, outcome="approval_rejected", config=config, at=at,
                       step_states={approval.step_id: StepState.FAILED}, events=(decided,))
         return
+    if approval.step_id == APPROVE_TICKET:
+        await runs.commit(conn, _finished_by(run, approval, decided=decided, told=told), at=at)
+        return
     wakeup = step_wakeup(run.tenant_id, run.run_id, approval.step_id, kind=approval.step_id,
                          environment=config.environment, at=at)
     await runs.commit(conn, RunCommit(  # the notification's outbox row with the wake-up's: one INSERT
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
         steps=(StepChange(step_id=approval.step_id, state=StepState.READY),), events=(decided,),
         outbox=(told, wakeup)), at=at)
+
+
+def _finished_by(run: Run, approval: Approval, *, decided: EventDraft, told: OutboxMessage) -> RunCommit:
+    """``approve_ticket`` DONE in the decision's own commit: the judgement just made under the run
+    lock (role, expiry, draft hash and incident version all still match) is the check its second
+    claim used to repeat, so the step is not claimed again. The commit's promotions make
+    ``create_ticket`` READY (its wake-up in the same outbox INSERT as the notification's); that step
+    is claimed with its own new epoch and reads the approval again under the run lock before it
+    may send (``ticket.dispatch_problem``): nothing from before the wait is reused as permission."""
+    return RunCommit(
+        tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.RUNNING,
+        steps=(StepChange(step_id=APPROVE_TICKET, state=StepState.DONE),),
+        events=(decided, EventDraft(type=RunEventType.APPROVAL_CHECKED, data={
+            "approval_id": approval.approval_id, "by": "decision"})),
+        outbox=(told,))
 
 
 async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord, *, version: int | None = None

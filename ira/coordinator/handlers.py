@@ -231,8 +231,10 @@ async def _report(conn: AsyncConnection, run: Run) -> Report:
 async def approve_ticket(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """Ask policy about create_ticket: ``ask`` waits for a person, ``deny`` ends the run.
 
-    After an approval the step is claimed again (new epoch) and finishes only if the approval
-    still binds the current draft and incident version; otherwise it asks again."""
+    An approval finishes this step in the decision's transaction (:mod:`ira.coordinator.gate`).
+    A later claim (one readied by an approval decided before that, or re-claimed after a crash)
+    finishes only if an approval still binds the current draft and incident version; otherwise it
+    asks again."""
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = await _run_for(conn, ctx, claimed)

@@ -109,7 +109,9 @@ STEP_TRANSITIONS: Mapping[StepState, frozenset[StepState]] = {
     # RUNNING -> READY is a release (the owner gives the step back without finishing it).
     _SS.RUNNING: frozenset({_SS.READY, _SS.WAITING, _SS.DONE, _SS.FAILED, _SS.SKIPPED}),
     # WAITING -> BLOCKED: a join waiting on a person goes back to wait for retried branches.
-    _SS.WAITING: frozenset({_SS.READY, _SS.BLOCKED, _SS.FAILED, _SS.SKIPPED}),
+    # WAITING -> DONE: approve_ticket is finished by the approval it waited for, in the decision's
+    # transaction under the run lock (the decision's judgement is its check; ira.coordinator.gate).
+    _SS.WAITING: frozenset({_SS.READY, _SS.BLOCKED, _SS.DONE, _SS.FAILED, _SS.SKIPPED}),
     _SS.DONE: frozenset(),
     _SS.FAILED: frozenset(),
     _SS.SKIPPED: frozenset(),

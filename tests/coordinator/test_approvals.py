@@ -12,9 +12,9 @@ from ira.coordinator.intake import open_run_for
 from ira.core.alert import DecisionKind
 from ira.core.clock import FrozenClock
 from ira.core.operation import Approval
-from ira.core.states import ApprovalState, RunState, WaitKind
+from ira.core.states import ApprovalState, RunState, StepState, WaitKind
 from ira.runtime.scanner import Scanner
-from ira.runtime.store import runs
+from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from tests.coordinator.harness import T0, api, auth, build, decision, envelope, incident_update
 
@@ -150,6 +150,27 @@ async def test_another_tenants_token_sees_nothing(db: Database) -> None:
     assert (await approval_of(db, approval.approval_id)).state == ApprovalState.PENDING
 
 
+
+
+async def test_an_approval_finishes_approve_ticket_in_its_own_commit_without_a_second_claim(db: Database) -> None:
+    """The decision's judgement, under the run lock, is approve_ticket's check: the step is DONE
+    at the epoch that asked, create_ticket READY, both in the decision's transaction."""
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    pump.held.add("create_ticket")
+    async with api(deps) as client:
+        assert (await decide(client, approval.approval_id)).status_code == 200
+        await pump.drain()
+    async with db.reader() as conn:
+        plan = {s.step_id: s for s in await steps.list_steps(conn, "acme", run_id)}
+        log = [(e.type, e.data) for e in await runs.list_events(conn, "acme", run_id)]
+    await pump.close()
+    assert (plan["approve_ticket"].state, plan["approve_ticket"].owner_epoch) == (StepState.DONE, 1)
+    assert plan["create_ticket"].state == StepState.READY
+    assert log[-3:] == [
+        ("APPROVAL_APPROVED", {"approval_id": approval.approval_id, "principal": "lead",
+                               "payload_hash": approval.payload_hash, "resource_version": approval.resource_version}),
+        ("APPROVAL_CHECKED", {"approval_id": approval.approval_id, "by": "decision"}),
+        ("STEP_READY", {"step_id": "create_ticket"})]
 
 
 async def test_an_incident_that_moves_on_after_approval_is_asked_again_before_any_send(db: Database) -> None:
