@@ -82,7 +82,7 @@ def step_handlers(deps: Deps) -> Mapping[str, StepHandler]:
     """The StepDispatcher's handlers for the coordinator's step kinds."""
     flows: dict[str, Flow] = {JOIN: _optimistic(join), SYNTHESIZE: _optimistic(synthesize),
                               APPROVE_TICKET: _optimistic(approve_ticket), CREATE_TICKET: ticket.create_ticket,
-                              COMPLETE: complete}
+                              COMPLETE: _optimistic(complete)}
     return {kind: _guarded(deps, flow) for kind, flow in flows.items()}
 
 
@@ -274,9 +274,10 @@ AFTER_COMPLETE = "run.after_complete"
 """Fault point: C6 committed (run COMPLETED, delivery in the outbox), nothing delivered yet."""
 
 
-async def complete(deps: Deps, ctx: StepContext) -> None:
+async def complete(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """C6 through the one verifier entry point."""
     async with deps.db.transaction() as conn:
         await charge_step(conn, ctx.claim, config=deps.config, at=deps.clock.now())
-        await verify.verify_and_complete(conn, ctx.claim, config=deps.config, at=deps.clock.now())
+        await verify.verify_and_complete(conn, ctx.claim, config=deps.config, at=deps.clock.now(),
+                                         run=ctx.run if claimed else None)
     deps.faults.hit(AFTER_COMPLETE)

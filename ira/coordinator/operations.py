@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Update
 
 from ira.core.errors import NotFoundError
 from ira.core.operation import Operation
@@ -32,11 +34,16 @@ def _model(row: Any) -> Operation:
     return Operation.model_validate({k: v for k, v in row._mapping.items() if k != "deadline_at"})
 
 
-async def record_intent(conn: AsyncConnection, op: Operation) -> Operation:
-    """C4, first half: the intent with its stable key; the same key again returns the first.
-    One statement (``ON CONFLICT DO NOTHING RETURNING``), no savepoint: a conflict is read, not caught."""
-    written = (await conn.execute(_INSERT_INTENT.on(conn),
-                                  {**op.model_dump(), "deadline_at": None})).first()
+async def record_intent(conn: AsyncConnection, op: Operation, *, submitted_until: datetime | None = None
+                        ) -> Operation:
+    """C4, first half: the intent with its stable key; the same key again returns the first (as
+    it stands). One statement (``ON CONFLICT DO NOTHING RETURNING``), no savepoint: a conflict is
+    read, not caught. ``submitted_until``: the intent is written already SUBMITTED (the caller's
+    transaction also holds its permit), with this deadline; ``op`` is returned as given either way."""
+    row = {**op.model_dump(), "deadline_at": submitted_until}
+    if submitted_until is not None:
+        row["fact_state"] = OperationFact.SUBMITTED
+    written = (await conn.execute(_INSERT_INTENT.on(conn), row)).first()
     if written is not None:
         return op
     existing = await find_by_key(conn, op.tenant_id, op.idempotency_key)
@@ -98,10 +105,19 @@ async def move(
             values[name] = value
     if receipt is not None:
         values |= {"external_ref": receipt.key, "external_system": receipt.system, "external_url": receipt.url}
-    result = await conn.execute(update(operations).where(
-        _op.tenant_id == op.tenant_id, _op.operation_id == op.operation_id, _op.fact_state.in_(sources),
-    ).values(**values))
+    params = {f"v_{name}": value for name, value in values.items()}
+    result = await conn.execute(_move_statement(tuple(sorted(values))), {
+        "k_tenant": op.tenant_id, "k_operation": op.operation_id, "k_sources": list(sources), **params})
     return result.rowcount == 1
+
+
+@cache
+def _move_statement(columns: tuple[str, ...]) -> Update:
+    """The compare-and-set UPDATE of :func:`move`, built once per set of columns it writes: building
+    it with literal values on every call cost ~0.25 ms of CPU (micro-benchmark on the 2-core machine)."""
+    return update(operations).where(_TENANT, _op.operation_id == bindparam("k_operation"),
+                                    _op.fact_state.in_(bindparam("k_sources", expanding=True))) \
+        .values({name: bindparam(f"v_{name}", type_=_op[name].type) for name in columns})
 
 
 async def in_doubt_for_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[Operation]:

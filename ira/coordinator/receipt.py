@@ -24,7 +24,7 @@ from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, OutboxMessage, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import ConcurrentUpdateError, DomainError, IllegalTransitionError
+from ira.core.errors import ConcurrentUpdateError, DomainError, IllegalTransitionError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.operation import Operation
 from ira.core.run import Claim, Run
@@ -104,15 +104,25 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
 
 
 async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
-                             adopted: bool) -> None:
+                             adopted: bool, run: Run | None = None) -> None:
     """C5 and the step's end in one transaction. ``ticket``: the one this owner created or
     adopted; None: the Operation was confirmed before, and is looked up for the step's result.
     A refused finish (stale epoch, run moved on) rolls the transaction back; the receipt is then
-    recorded on its own (:func:`record_receipt`) before the refusal is raised."""
+    recorded on its own (:func:`record_receipt`) before the refusal is raised.
+
+    ``run``: the run as this owner's own last commit left it, where the store lets one writer in
+    at a time (SQLite): the transaction decides on it instead of reading the row, and if the
+    commit's compare-and-set finds that the run moved since, it runs once more with the run read
+    under lock (nothing of the first try outlives its rollback; a stale fence is not retried)."""
     if ticket is None:
         ticket = await deps.tickets.find_by_key(claim.tenant_id, op.idempotency_key)
     try:
-        await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted)
+        try:
+            await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted, known=run)
+        except ConcurrentUpdateError as exc:
+            if run is None or isinstance(exc, StaleEpochError):
+                raise
+            await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted, known=None)
     except (ConcurrentUpdateError, IllegalTransitionError):
         if ticket is not None:
             await record_receipt(deps, op, ticket, adopted=adopted, epoch=claim.owner_epoch)
@@ -120,10 +130,10 @@ async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ti
 
 
 async def _confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
-                              adopted: bool) -> None:
+                              adopted: bool, known: Run | None) -> None:
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
-        run = await lock_run(conn, claim.tenant_id, claim.run_id)
+        run = known or await lock_run(conn, claim.tenant_id, claim.run_id)
         if ticket is None:
             confirmed = Confirmed(operation=await operations.get_operation(conn, op.tenant_id, op.operation_id),
                                   receipt_ref=None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
@@ -40,7 +41,7 @@ from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
 from ira.core.replay import SANDBOX_TICKETS, STAGING, staging_refusal
 from ira.core.report import TicketDraft
-from ira.core.run import Claim, Run
+from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
 from ira.core.ticket import Ticket, TicketRequest
 from ira.runtime.dispatch import StepContext
@@ -71,7 +72,7 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
     prepared = await _prepare(deps, ctx)
     if prepared is None:
         return
-    op, request, environment, mode = prepared
+    op, request, environment, mode, permitted = prepared
     deps = deps.for_environment(environment)  # staging: the sandbox only, whatever is bound (checked at dispatch)
     with trace.get_tracer(__name__).start_as_current_span("ticket operation", attributes={
             "ira.operation_id": op.operation_id, "ira.operation.kind": op.kind, "ira.ticket.system": deps.tickets.name,
@@ -81,7 +82,9 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
         span.set_attribute("ira.operation.path", path)
         span.set_attribute("ira.operation.outcome", mode.value)
         if mode == Mode.DONE:
-            await confirm_and_finish(deps, ctx.claim, op, ticket, adopted=path == "adopted")
+            # where one writer at a time (SQLite), the finish decides on the run as the permit left it
+            known = permitted if path == "created" and deps.db.dialect == "sqlite" else None
+            await confirm_and_finish(deps, ctx.claim, op, ticket, adopted=path == "adopted", run=known)
             deps.faults.hit(AFTER_RECEIPT)
             deps.faults.hit(AFTER_FINISH)
         elif mode == Mode.FAILED:
@@ -103,7 +106,16 @@ async def _reach(deps: Deps, ctx: StepContext, op: Operation, mode: Mode, *,
     return mode, ticket, path
 
 
-async def _prepare(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketRequest, str, Mode] | None:
+class _Prepared(NamedTuple):
+    op: Operation
+    request: TicketRequest
+    environment: str
+    mode: Mode
+    permitted: Run | None
+    """The run as the permit's commit left it (this owner may send), else None."""
+
+
+async def _prepare(deps: Deps, ctx: StepContext) -> _Prepared | None:
     """C4 in one transaction: the intent (or the step's Operation from before) and, if it may be
     sent now, its SUBMITTED permit. Intent and permit commit together: on the way to a send,
     "recorded, not yet authorized" never outlives a transaction (a held intent still commits alone)."""
@@ -115,25 +127,43 @@ async def _prepare(deps: Deps, ctx: StepContext) -> tuple[Operation, TicketReque
         if run.state != RunState.RUNNING or draft is None or doc is None:
             return None
         approval = await gate.usable_approval(conn, run, draft)
-        existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET)
-        recorded: tuple[EventDraft, ...] = ()
+        # the step's first claim (epoch 1) follows no earlier create_ticket: no Operation of its own yet
+        existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET) \
+            if c.owner_epoch > 1 else None
         if existing is not None and existing.payload_hash == draft.ref:
             op = await _rebind(conn, existing, approval, at=now)
+            mode, permitted = await _authorize(conn, ctx, run, op, usable=approval, recorded=(), deps=deps)
         else:
-            op, recorded = await _record_intent(conn, c, run, draft, approval, at=now)
-        mode = await _authorize(conn, ctx, run, op, usable=approval, recorded=recorded, deps=deps)
-        return op, doc.request, run.environment, mode
+            op, mode, permitted = await _intend(conn, ctx, run, draft, approval, deps=deps)
+        return _Prepared(op, doc.request, run.environment, mode, permitted)
 
 
-async def _record_intent(conn: AsyncConnection, c: Claim, run: Run, draft: DraftRecord, approval: Approval | None,
-                         *, at: datetime) -> tuple[Operation, tuple[EventDraft, ...]]:
-    """C4, first half: the Operation with its stable key, and its event for the next commit."""
-    op = await operations.record_intent(conn, Operation(
+async def _intend(conn: AsyncConnection, ctx: StepContext, run: Run, draft: DraftRecord, approval: Approval | None,
+                  *, deps: Deps) -> tuple[Operation, Mode, Run | None]:
+    """C4 for a new intent. One that may be sent now is written SUBMITTED at once, with this
+    owner's epoch and its deadline: in the transaction that records it, the row nobody else can
+    see yet needs no compare-and-set from INTENT_RECORDED (both facts' events are still written,
+    in order). Not sendable, or its key recorded before (the same draft's intent): as before,
+    through :func:`_authorize`."""
+    now, c = deps.clock.now(), ctx.claim
+    intent = Operation(
         operation_id=new_id("op"), tenant_id=c.tenant_id, run_id=c.run_id, step_id=CREATE_TICKET,
         kind=CREATE_TICKET_ACTION, idempotency_key=idempotency_key(c.tenant_id, run.incident_id or "", draft.ref),
         payload_hash=draft.ref, approval_id=approval.approval_id if approval else None,
-        fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=at, updated_at=at))
-    return op, (EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
+        fact_state=OperationFact.INTENT_RECORDED, owner_epoch=c.owner_epoch, created_at=now, updated_at=now)
+    tickets = deps.for_environment(run.environment).tickets.name
+    sendable = await dispatch_problem(conn, run, intent, tickets=tickets, usable=approval) is None
+    deadline = now + deps.config.operation_deadline
+    op = await operations.record_intent(conn, intent, submitted_until=deadline if sendable else None)
+    if op is not intent or not sendable:
+        return op, *await _authorize(conn, ctx, run, op, usable=approval, recorded=_intent_recorded(op), deps=deps)
+    await charge_step(conn, c, config=deps.config, at=now)
+    return op, Mode.SEND, await _submit(conn, ctx, run, op=op, deadline=deadline, at=now,
+                                        events=_intent_recorded(op), moved=True)
+
+
+def _intent_recorded(op: Operation) -> tuple[EventDraft, ...]:
+    return (EventDraft(type=RunEventType.OPERATION_INTENT_RECORDED, data={
         "operation_id": op.operation_id, "idempotency_key": op.idempotency_key,
         "payload_hash": op.payload_hash, "approval_id": op.approval_id}),)
 
@@ -148,9 +178,10 @@ async def _rebind(conn: AsyncConnection, op: Operation, approval: Approval | Non
 
 
 async def _authorize(conn: AsyncConnection, ctx: StepContext, run: Run, op: Operation, *, usable: Approval | None,
-                     recorded: tuple[EventDraft, ...], deps: Deps) -> Mode:
+                     recorded: tuple[EventDraft, ...], deps: Deps) -> tuple[Mode, Run | None]:
     """``authorize_dispatch_if_current``, in the intent's transaction (the run locked, ``usable``
-    read under that lock): SUBMITTED is committed before any byte is sent."""
+    read under that lock): SUBMITTED is committed before any byte is sent. With the mode, the run
+    as the permit's commit left it (None: no permit)."""
     now, c = deps.clock.now(), ctx.claim
     ready = op.fact_state == OperationFact.INTENT_RECORDED
     tickets = deps.for_environment(run.environment).tickets.name
@@ -160,26 +191,27 @@ async def _authorize(conn: AsyncConnection, ctx: StepContext, run: Run, op: Oper
                                                 expected_version=run.state_version, fence=fence(c), events=recorded),
                                 at=now)
     if not ready:
-        return _mode_of(op.fact_state)
+        return _mode_of(op.fact_state), None
     if problem is not None:
         await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
-        return Mode.STOP
+        return Mode.STOP, None
     await charge_step(conn, c, config=deps.config, at=now)
-    await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now, events=recorded)
-    return Mode.SEND
+    return Mode.SEND, await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now,
+                                    events=recorded)
 
 
 async def _submit(conn: AsyncConnection, ctx: StepContext, run: Run, *, op: Operation, deadline: datetime,
-                  at: datetime, events: tuple[EventDraft, ...]) -> None:
-    """SUBMITTED, with this owner's epoch and a durable deadline, fenced: the send permit."""
+                  at: datetime, events: tuple[EventDraft, ...], moved: bool = False) -> Run:
+    """SUBMITTED, with this owner's epoch and a durable deadline, fenced: the send permit.
+    ``moved``: the intent was written SUBMITTED in this transaction (:func:`_intend`)."""
     c = ctx.claim
-    if not await operations.move(conn, op, to=OperationFact.SUBMITTED, owner_epoch=c.owner_epoch,
-                                 deadline_at=deadline, at=at):
+    if not moved and not await operations.move(conn, op, to=OperationFact.SUBMITTED, owner_epoch=c.owner_epoch,
+                                               deadline_at=deadline, at=at):
         raise ConcurrentUpdateError(f"operation {op.operation_id} moved concurrently")
     await timers.schedule_timer(conn, timers.Timer(
         tenant_id=c.tenant_id, timer_id=f"opdl:{op.operation_id}:{c.owner_epoch}", kind=DEADLINE_TIMER,
         due_at=deadline, run_id=c.run_id, step_id=CREATE_TICKET, payload={"operation_id": op.operation_id}))
-    await runs.commit(conn, RunCommit(
+    return await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
         events=(*events, EventDraft(type=RunEventType.OPERATION_SUBMITTED, data={
             "operation_id": op.operation_id, "owner_epoch": c.owner_epoch, "deadline": deadline.isoformat()}))),

@@ -85,8 +85,12 @@ def verify_run(*, contract: Mapping[str, Any], report: Report | None, ops: Seque
     return Verification(checks=tuple(checks), in_doubt=tuple(in_doubt))
 
 
-async def verify_and_complete(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig, at: datetime) -> Run:
-    run = await lock_run(conn, claim.tenant_id, claim.run_id)
+async def verify_and_complete(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig, at: datetime,
+                              run: Run | None = None) -> Run:
+    """``run``: the run as the claim read it, where the store lets one writer in at a time (the
+    commit's compare-and-set refuses it if it moved since); otherwise it is read under lock here."""
+    if run is None:
+        run = await lock_run(conn, claim.tenant_id, claim.run_id)
     synth = await steps.get_step(conn, claim.tenant_id, claim.run_id, SYNTHESIZE)
     report = await load_model(conn, claim.tenant_id, synth.result_ref, model=Report)
     ops = await operations.list_operations(conn, claim.tenant_id, claim.run_id)

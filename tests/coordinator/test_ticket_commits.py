@@ -9,10 +9,12 @@ was revoked meanwhile has its finish refused and still records the receipt.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
@@ -22,7 +24,9 @@ from ira.coordinator.handlers import step_handlers
 from ira.coordinator.intake import open_run_for
 from ira.coordinator.receipt import confirm
 from ira.core.clock import FrozenClock
+from ira.core.commit import EventDraft, RunCommit
 from ira.core.delivery import NotificationKind
+from ira.core.events import RunEventType
 from ira.core.operation import Operation
 from ira.core.ports import TicketSystem
 from ira.core.states import OperationFact, RunState, StepState
@@ -31,6 +35,7 @@ from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.fault import FaultPoints
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
+from ira.runtime.store.schema import attempts
 from tests.coordinator.gated import GatedTickets
 from tests.coordinator.harness import T0, Pump, api, auth, config, decision, envelope
 from tests.coordinator.scripted import ScriptedInvestigators
@@ -201,3 +206,75 @@ async def test_a_receipt_confirms_an_operation_in_doubt_without_reading_it_back(
     assert (stored.fact_state, stored.external_ref) == (OperationFact.CONFIRMED_SUCCESS, "INC-9")
     assert (confirmed.operation.fact_state, confirmed.operation.external_ref) == (stored.fact_state, "INC-9")
     assert [e.type for e in confirmed.events] == ["OPERATION_CONFIRMED"]
+
+
+async def approved_to_the_end(db: Database) -> tuple[list[str], str]:
+    """A run waiting for approval, approved and run to its end: the statements from the decision
+    on, and the run's id."""
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    async with api(deps) as client:
+        with statements(db) as seen:
+            assert (await decide(client, approval.approval_id)).status_code == 200
+            await pump.drain()
+    await pump.close()
+    return seen, run_id
+
+
+async def test_a_first_claim_writes_its_intent_submitted_and_reads_no_earlier_operation(db: Database) -> None:
+    # Given a run waiting for approval; when it is approved and runs to its end
+    seen, run_id = await approved_to_the_end(db)
+    # Then create_ticket's first claim (epoch 1) looks for no Operation of its own before and
+    # records its intent already SUBMITTED in one INSERT; the receipt's compare-and-set and the
+    # verifier's read are the only other statements on Operations
+    on_operations = [s.split(" ", 1)[0] for s in seen if re.search(r"(INTO|UPDATE|FROM) operations\b", s)]
+    assert on_operations == ["INSERT", "UPDATE", "SELECT"]
+    async with db.reader() as conn:
+        [op] = await operations.list_operations(conn, "acme", run_id)
+        log = [e.type for e in await runs.list_events(conn, "acme", run_id)]
+    assert (op.fact_state, op.owner_epoch, op.external_ref) == (OperationFact.CONFIRMED_SUCCESS, 1, "INC-1")
+    intent = log.index("OPERATION_INTENT_RECORDED")
+    assert log[intent:intent + 2] == ["OPERATION_INTENT_RECORDED", "OPERATION_SUBMITTED"]
+
+
+async def test_after_the_decision_only_the_permit_reads_the_run_where_writers_are_serialized(db: Database) -> None:
+    """On SQLite (one writer at a time) the receipt's finish decides on the run as the permit's
+    commit left it, and ``complete`` on the run its claim read (each commit's compare-and-set
+    still guards it); on PostgreSQL each locks the run row, so concurrent writers queue."""
+    seen, run_id = await approved_to_the_end(db)
+    run_reads = [s for s in seen if s.startswith("SELECT runs.tenant_id, runs.run_id")]
+    async with db.reader() as conn:  # one attempt per claim, whatever statements a claim takes
+        run = await runs.get_run(conn, "acme", run_id)
+        claims = (await conn.execute(select(attempts.c.attempt_id).where(
+            attempts.c.run_id == run_id, attempts.c.step_id.in_(("create_ticket", "complete"))))).all()
+    assert run.state == RunState.COMPLETED
+    # besides the claims: the decision's (through its approval) and the permit's; on PostgreSQL
+    # also the receipt's and complete's
+    assert len(run_reads) - len(claims) == (2 if db.engine.dialect.name == "sqlite" else 4)
+
+
+async def test_a_run_that_moved_while_its_ticket_was_in_flight_still_finishes_with_the_receipt(db: Database) -> None:
+    # Given an approved run whose ticket was created and whose receipt has not come back yet
+    gated = GatedTickets(BuiltinTicketSystem(db, FrozenClock(T0)), hold="after")
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db, tickets=gated)
+    async with api(deps) as client:
+        assert (await decide(client, approval.approval_id)).status_code == 200
+        draining = asyncio.create_task(pump.drain())
+        await asyncio.wait_for(gated.entered.wait(), timeout=10)
+        # When another writer moves the run meanwhile (its version is no longer the permit's)
+        async with db.transaction() as conn:
+            run = await runs.get_run(conn, "acme", run_id)
+            moved = EventDraft(type=RunEventType.INCIDENT_UPDATED, data={"substantive": False})
+            await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run_id, expected_version=run.state_version,
+                                              events=(moved,)), at=T0)
+        gated.release.set()
+        await asyncio.wait_for(draining, timeout=20)
+    await pump.close()
+    # Then the receipt and the step's end still commit together, by the same owner: one ticket
+    async with db.reader() as conn:
+        [op] = await operations.list_operations(conn, "acme", run_id)
+        step = await steps.get_step(conn, "acme", run_id, "create_ticket")
+        run = await runs.get_run(conn, "acme", run_id)
+        tickets = await BuiltinTicketSystem(db, deps.clock).list_tickets("acme")
+    assert (op.fact_state, op.external_ref, [t.key for t in tickets]) == (OperationFact.CONFIRMED_SUCCESS, "INC-1",
+                                                                          ["INC-1"])
+    assert (step.state, step.owner_epoch, run.state) == (StepState.DONE, 1, RunState.COMPLETED)
