@@ -35,7 +35,7 @@ from ira.coordinator.reconcile import park
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
 from ira.core.commit import EventDraft, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
+from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
@@ -69,7 +69,7 @@ class Mode(StrEnum):
 
 
 async def create_ticket(deps: Deps, ctx: StepContext) -> None:
-    prepared = await _prepare(deps, ctx)
+    prepared = await _prepare_on_claimed_run(deps, ctx)
     if prepared is None:
         return
     op, request, environment, mode, permitted = prepared
@@ -115,13 +115,32 @@ class _Prepared(NamedTuple):
     """The run as the permit's commit left it (this owner may send), else None."""
 
 
-async def _prepare(deps: Deps, ctx: StepContext) -> _Prepared | None:
+async def _prepare_on_claimed_run(deps: Deps, ctx: StepContext) -> _Prepared | None:
+    """Where the store lets one writer in at a time (SQLite: the transaction holds the database's
+    write lock, so the draft and the approvals it reads cannot change before it commits), the
+    step's first claim decides on the run as the claim read it (``StepContext.run``) instead of
+    reading the row: every way through a new intent ends in a run commit, whose compare-and-set
+    refuses a run that moved since, and then the transaction runs once more with the run read
+    under lock (nothing is sent before it commits: the first try leaves nothing behind). Later
+    claims (an Operation from before, whose paths may commit nothing on the run) and PostgreSQL
+    lock the run row at once."""
+    if deps.db.dialect == "sqlite" and ctx.claim.owner_epoch == 1:
+        try:
+            return await _prepare(deps, ctx, claimed=ctx.run)
+        except StaleEpochError:
+            raise
+        except ConcurrentUpdateError:
+            pass
+    return await _prepare(deps, ctx, claimed=None)
+
+
+async def _prepare(deps: Deps, ctx: StepContext, *, claimed: Run | None) -> _Prepared | None:
     """C4 in one transaction: the intent (or the step's Operation from before) and, if it may be
     sent now, its SUBMITTED permit. Intent and permit commit together: on the way to a send,
     "recorded, not yet authorized" never outlives a transaction (a held intent still commits alone)."""
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
-        run = await lock_run(conn, c.tenant_id, c.run_id)
+        run = claimed or await lock_run(conn, c.tenant_id, c.run_id)
         draft = await records.current_draft(conn, c.tenant_id, c.run_id)
         doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
         if run.state != RunState.RUNNING or draft is None or doc is None:

@@ -237,9 +237,10 @@ async def test_a_first_claim_writes_its_intent_submitted_and_reads_no_earlier_op
 
 
 async def test_after_the_decision_only_the_permit_reads_the_run_where_writers_are_serialized(db: Database) -> None:
-    """On SQLite (one writer at a time) the receipt's finish decides on the run as the permit's
-    commit left it, and ``complete`` on the run its claim read (each commit's compare-and-set
-    still guards it); on PostgreSQL each locks the run row, so concurrent writers queue."""
+    """On SQLite (one writer at a time) create_ticket's permit decides on the run its claim read,
+    the receipt's finish on the run as the permit's commit left it, and ``complete`` on the run
+    its claim read (each commit's compare-and-set still guards it); on PostgreSQL each locks the
+    run row, so concurrent writers queue."""
     seen, run_id = await approved_to_the_end(db)
     run_reads = [s for s in seen if s.startswith("SELECT runs.tenant_id, runs.run_id")]
     async with db.reader() as conn:  # one attempt per claim, whatever statements a claim takes
@@ -247,9 +248,28 @@ async def test_after_the_decision_only_the_permit_reads_the_run_where_writers_ar
         claims = (await conn.execute(select(attempts.c.attempt_id).where(
             attempts.c.run_id == run_id, attempts.c.step_id.in_(("create_ticket", "complete"))))).all()
     assert run.state == RunState.COMPLETED
-    # besides the claims: the decision's (through its approval) and the permit's; on PostgreSQL
-    # also the receipt's and complete's
-    assert len(run_reads) - len(claims) == (2 if db.engine.dialect.name == "sqlite" else 4)
+    # besides the claims: the decision's (through its approval); on PostgreSQL also the permit's,
+    # the receipt's and complete's
+    assert len(run_reads) - len(claims) == (1 if db.engine.dialect.name == "sqlite" else 4)
+
+
+async def move_run(db: Database, run_id: str) -> None:
+    """Another writer moves the run (a non-substantive incident update): its version goes up."""
+    async with db.transaction() as conn:
+        run = await runs.get_run(conn, "acme", run_id)
+        moved = EventDraft(type=RunEventType.INCIDENT_UPDATED, data={"substantive": False})
+        await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run_id, expected_version=run.state_version,
+                                          events=(moved,)), at=T0)
+
+
+async def ticket_outcome(db: Database, run_id: str) -> tuple[Operation, int, StepState, RunState, list[str]]:
+    """The run's one Operation, create_ticket's epoch and state, the run's state, every ticket's key."""
+    async with db.reader() as conn:
+        [op] = await operations.list_operations(conn, "acme", run_id)
+        step = await steps.get_step(conn, "acme", run_id, "create_ticket")
+        run = await runs.get_run(conn, "acme", run_id)
+    tickets = await BuiltinTicketSystem(db, FrozenClock(T0)).list_tickets("acme")
+    return op, step.owner_epoch, step.state, run.state, [t.key for t in tickets]
 
 
 async def test_a_run_that_moved_while_its_ticket_was_in_flight_still_finishes_with_the_receipt(db: Database) -> None:
@@ -261,20 +281,36 @@ async def test_a_run_that_moved_while_its_ticket_was_in_flight_still_finishes_wi
         draining = asyncio.create_task(pump.drain())
         await asyncio.wait_for(gated.entered.wait(), timeout=10)
         # When another writer moves the run meanwhile (its version is no longer the permit's)
-        async with db.transaction() as conn:
-            run = await runs.get_run(conn, "acme", run_id)
-            moved = EventDraft(type=RunEventType.INCIDENT_UPDATED, data={"substantive": False})
-            await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run_id, expected_version=run.state_version,
-                                              events=(moved,)), at=T0)
+        await move_run(db, run_id)
         gated.release.set()
         await asyncio.wait_for(draining, timeout=20)
     await pump.close()
     # Then the receipt and the step's end still commit together, by the same owner: one ticket
-    async with db.reader() as conn:
-        [op] = await operations.list_operations(conn, "acme", run_id)
-        step = await steps.get_step(conn, "acme", run_id, "create_ticket")
-        run = await runs.get_run(conn, "acme", run_id)
-        tickets = await BuiltinTicketSystem(db, deps.clock).list_tickets("acme")
-    assert (op.fact_state, op.external_ref, [t.key for t in tickets]) == (OperationFact.CONFIRMED_SUCCESS, "INC-1",
-                                                                          ["INC-1"])
-    assert (step.state, step.owner_epoch, run.state) == (StepState.DONE, 1, RunState.COMPLETED)
+    op, epoch, step_state, run_state, tickets = await ticket_outcome(db, run_id)
+    assert (op.fact_state, op.external_ref, tickets) == (OperationFact.CONFIRMED_SUCCESS, "INC-1", ["INC-1"])
+    assert (step_state, epoch, run_state) == (StepState.DONE, 1, RunState.COMPLETED)
+
+
+async def test_a_run_that_moved_after_create_tickets_claim_still_gets_its_one_ticket(db: Database) -> None:
+    # Given an approved run whose create_ticket step was claimed
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    pump.held.add("create_ticket")
+    async with api(deps) as client:
+        assert (await decide(client, approval.approval_id)).status_code == 200
+    await pump.drain()
+    [wakeup] = pump.parked
+    coordinator = pump.dispatchers[0]
+    async with db.transaction() as conn:
+        ctx = await coordinator.claim_in(conn, wakeup)
+    assert ctx is not None
+    # When another writer moves the run before the permit's transaction
+    await move_run(db, run_id)
+    await coordinator.run_claimed(ctx)
+    pump.parked.clear()
+    pump.held.clear()
+    await pump.drain()
+    await pump.close()
+    # Then that claim still records the intent, sends once and finishes: one ticket, one Operation
+    op, epoch, step_state, run_state, tickets = await ticket_outcome(db, run_id)
+    assert (op.owner_epoch, op.external_ref, tickets) == (ctx.claim.owner_epoch, "INC-1", ["INC-1"])
+    assert (step_state, epoch, run_state) == (StepState.DONE, ctx.claim.owner_epoch, RunState.COMPLETED)
