@@ -38,6 +38,7 @@ def dev_config(path: Path, **overrides: Any) -> Path:
     config = yaml.safe_load(render_config_template())
     for source in config["sources"]:
         source["rate_limit_per_second"] = 100_000
+    config["ingest"]["alerts_per_second"] = 100_000  # the alert bucket too: a fast re-send is not a flood
     config["runtime"].update(FAST_RUNTIME)
     config["kafka"]["session_timeout"] = "2s"
     config["triage"]["noise"]["enabled"] = False
