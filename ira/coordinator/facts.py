@@ -3,7 +3,7 @@ version, the fence of a claim, and the one-step charge against the run's root bu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import TypeVar
 
@@ -16,7 +16,7 @@ from ira.coordinator.config import WorkflowConfig
 from ira.core.artifact import ArtifactRef
 from ira.core.budget import BudgetDimension
 from ira.core.commit import Fence
-from ira.core.errors import NotFoundError
+from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.model import Model
 from ira.core.run import Claim, Run
@@ -28,6 +28,7 @@ from ira.runtime.store.schema import artifacts, events
 from ira.runtime.store.schema import runs as runs_table
 
 M = TypeVar("M", bound=Model)
+T = TypeVar("T")
 ALERT_DELIVERED = RunEventType.ALERT_DELIVERED
 INCIDENT_UPDATED = RunEventType.INCIDENT_UPDATED
 _ARTIFACTS = select(artifacts).where(
@@ -42,6 +43,26 @@ async def lock_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
     return run_from_row(row)
+
+
+async def on_known_run(known: Run | None, attempt: Callable[[Run | None], Awaitable[T]]) -> T:
+    """``attempt(known)``, deciding on the run as this owner last saw it without reading it; if
+    its commit's compare-and-set finds that the run moved since, ``attempt(None)`` once more,
+    which reads it under lock (:func:`lock_run`). A stale epoch is raised as it is: a second try
+    would be refused the same way.
+
+    Callers pass ``known`` only where the store lets one writer in at a time (SQLite: the
+    transaction holds the database's write lock, so nothing it read can change before it
+    commits) and only for an attempt with no effect outside its transaction, so the first try
+    leaves nothing behind; elsewhere (PostgreSQL) None, where the row lock queues the writers."""
+    if known is not None:
+        try:
+            return await attempt(known)
+        except StaleEpochError:
+            raise
+        except ConcurrentUpdateError:
+            pass
+    return await attempt(None)
 
 
 _LOCK_RUN = select(runs_table).where(runs_table.c.tenant_id == bindparam("k_tenant"),

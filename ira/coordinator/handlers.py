@@ -32,6 +32,7 @@ from ira.coordinator.facts import (
     load_model,
     load_models,
     lock_run,
+    on_known_run,
     store_json,
     version_with_draft,
 )
@@ -55,7 +56,7 @@ from ira.coordinator.workflow import (
 )
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import BudgetExhaustedError, ConcurrentUpdateError, DomainError
+from ira.core.errors import BudgetExhaustedError, DomainError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.investigation import BranchResult
@@ -99,21 +100,14 @@ def _guarded(deps: Deps, flow: Flow) -> StepHandler:
 
 
 def _optimistic(flow: Callable[[Deps, StepContext, bool], Awaitable[None]]) -> Flow:
-    """A one-transaction flow that, where the store lets one writer in at a time (SQLite: the
-    transaction holds the database's write lock), decides on the run as its claim read it
-    (``StepContext.run``, no read) and, if its commit's compare-and-set finds that the run moved
-    since the claim, runs once more with the run read under lock. Elsewhere (PostgreSQL) it reads
-    the run under lock at once: the row lock is what queues concurrent writers there. Only for
-    flows with no effect outside their transaction, so the first try leaves nothing behind."""
+    """A one-transaction flow that, where the store lets one writer in at a time (SQLite),
+    decides on the run as its claim read it (``StepContext.run``, no read), else reads it under
+    lock (:func:`~ira.coordinator.facts.on_known_run`). Only for flows with no effect outside
+    their transaction."""
 
     async def run(deps: Deps, ctx: StepContext) -> None:
-        if deps.db.dialect != "sqlite":
-            await flow(deps, ctx, False)
-            return
-        try:
-            await flow(deps, ctx, True)
-        except ConcurrentUpdateError:
-            await flow(deps, ctx, False)
+        known = ctx.run if deps.db.dialect == "sqlite" else None
+        await on_known_run(known, lambda run: flow(deps, ctx, run is not None))
 
     return run
 

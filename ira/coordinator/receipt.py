@@ -18,13 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.coordinator import operations
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import fence, lock_run, store_json
+from ira.coordinator.facts import fence, lock_run, on_known_run, store_json
 from ira.coordinator.notify import request_notification
 from ira.coordinator.report import canonical_json
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, OutboxMessage, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
-from ira.core.errors import ConcurrentUpdateError, DomainError, IllegalTransitionError, StaleEpochError
+from ira.core.errors import ConcurrentUpdateError, DomainError, IllegalTransitionError
 from ira.core.events import RunEventType
 from ira.core.operation import Operation
 from ira.core.run import Claim, Run
@@ -117,12 +117,8 @@ async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ti
     if ticket is None:
         ticket = await deps.tickets.find_by_key(claim.tenant_id, op.idempotency_key)
     try:
-        try:
-            await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted, known=run)
-        except ConcurrentUpdateError as exc:
-            if run is None or isinstance(exc, StaleEpochError):
-                raise
-            await _confirm_and_finish(deps, claim, op, ticket, adopted=adopted, known=None)
+        await on_known_run(run, lambda known: _confirm_and_finish(deps, claim, op, ticket, adopted=adopted,
+                                                                  known=known))
     except (ConcurrentUpdateError, IllegalTransitionError):
         if ticket is not None:
             await record_receipt(deps, op, ticket, adopted=adopted, epoch=claim.owner_epoch)

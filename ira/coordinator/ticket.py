@@ -29,13 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, operations, records
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run
+from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, on_known_run
 from ira.coordinator.receipt import confirm_and_finish, idempotency_key, namespace
 from ira.coordinator.reconcile import park
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
 from ira.core.commit import EventDraft, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError, StaleEpochError
+from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
@@ -124,14 +124,8 @@ async def _prepare_on_claimed_run(deps: Deps, ctx: StepContext) -> _Prepared | N
     under lock (nothing is sent before it commits: the first try leaves nothing behind). Later
     claims (an Operation from before, whose paths may commit nothing on the run) and PostgreSQL
     lock the run row at once."""
-    if deps.db.dialect == "sqlite" and ctx.claim.owner_epoch == 1:
-        try:
-            return await _prepare(deps, ctx, claimed=ctx.run)
-        except StaleEpochError:
-            raise
-        except ConcurrentUpdateError:
-            pass
-    return await _prepare(deps, ctx, claimed=None)
+    known = ctx.run if deps.db.dialect == "sqlite" and ctx.claim.owner_epoch == 1 else None
+    return await on_known_run(known, lambda run: _prepare(deps, ctx, claimed=run))
 
 
 async def _prepare(deps: Deps, ctx: StepContext, *, claimed: Run | None) -> _Prepared | None:

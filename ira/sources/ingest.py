@@ -14,6 +14,7 @@ outbox or triage's inbox drops.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,10 +59,8 @@ class IngestResult:
     event_ids: list[str]
 
     def to_json(self) -> bytes:
-        """Written out, not through ``json.dumps``: once per request, and every id is a UUID's
-        text (:func:`ira.sources.identity.event_id`), which JSON holds without escaping."""
-        ids = ",".join(f'"{event_id}"' for event_id in self.event_ids)
-        return f'{{"accepted":{self.accepted},"duplicates":{self.duplicates},"event_ids":[{ids}]}}'.encode()
+        return json.dumps({"accepted": self.accepted, "duplicates": self.duplicates,
+                           "event_ids": self.event_ids}).encode()
 
 
 class Ingest:

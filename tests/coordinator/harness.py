@@ -45,7 +45,7 @@ from ira.core.ports import TicketSystem
 from ira.core.run import Run
 from ira.dashboard.api import build_read_api
 from ira.runtime.bus.inbox import record_inbox_many
-from ira.runtime.dispatch import StepDispatcher
+from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.http import create_app
 from ira.runtime.settings import Settings
 from ira.runtime.store import outbox
@@ -177,6 +177,17 @@ class Pump:
                 self.tasks.add(asyncio.create_task(dispatcher.handle_wakeup(env)))
         self.parked.clear()
         await self.drain()
+
+    async def claim_parked(self) -> StepContext:
+        """Claim the one parked wake-up with the coordinator's dispatcher without running it (a
+        test moves the run in between, then ``dispatchers[0].run_claimed``); nothing is held after."""
+        [wakeup] = self.parked
+        async with self.db.transaction() as conn:
+            ctx = await self.dispatchers[0].claim_in(conn, wakeup)
+        assert ctx is not None
+        self.parked.clear()
+        self.held.clear()
+        return ctx
 
     async def decide(self, env: Envelope) -> None:
         """What the coordinator's decisions consumer does: inbox row + decision, one transaction."""

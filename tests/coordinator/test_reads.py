@@ -127,18 +127,12 @@ async def test_a_step_whose_run_moved_after_its_claim_still_finishes_in_its_atte
     pump.held.add("synthesize")
     await pump.decide(envelope(decision()))
     await pump.drain()
-    [wakeup] = pump.parked
-    coordinator = pump.dispatchers[0]
-    async with db.transaction() as conn:
-        ctx = await coordinator.claim_in(conn, wakeup)
-    assert ctx is not None
+    ctx = await pump.claim_parked()
     async with db.transaction() as conn:  # another writer moves the run between claim and handler
         moved = EventDraft(type=RunEventType.INCIDENT_UPDATED, data={"substantive": False})
         await runs.commit(conn, RunCommit(tenant_id="acme", run_id=ctx.run.run_id,
                                           expected_version=ctx.run.state_version, events=(moved,)), at=T0)
-    await coordinator.run_claimed(ctx)
-    pump.parked.clear()
-    pump.held.clear()
+    await pump.dispatchers[0].run_claimed(ctx)
     await pump.drain()
     await pump.close()
     async with db.reader() as conn:

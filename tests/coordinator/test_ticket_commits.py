@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -137,19 +138,28 @@ async def test_the_intent_commits_with_its_permit_and_the_receipt_with_the_finis
     assert log[confirmed:confirmed + 2] == ["OPERATION_CONFIRMED", "TICKET_CREATED"]
 
 
-async def test_an_owner_whose_claim_was_revoked_still_records_its_receipt(db: Database) -> None:
-    # Given an approved run whose ticket was created and whose receipt has not come back
+@asynccontextmanager
+async def ticket_in_flight(db: Database) -> AsyncIterator[tuple[httpx.AsyncClient, Pump, str]]:
+    """An approved run whose ticket was created and whose receipt has not come back: the block
+    runs meanwhile (with the API client, the pump and the run's id); then the receipt returns
+    and the coordinator settles."""
     gated = GatedTickets(BuiltinTicketSystem(db, FrozenClock(T0)), hold="after")
     pump, deps, _, _, run_id, approval = await waiting_for_approval(db, tickets=gated)
     async with api(deps) as client:
         assert (await decide(client, approval.approval_id)).status_code == 200
         draining = asyncio.create_task(pump.drain())
         await asyncio.wait_for(gated.entered.wait(), timeout=10)
-        # When the run is cancelled meanwhile (every claim revoked), and only then the receipt returns
-        assert (await client.post(f"/v1/runs/{run_id}/cancel", headers=auth("admin"))).status_code == 202
+        yield client, pump, run_id
         gated.release.set()
         await asyncio.wait_for(draining, timeout=20)
     await pump.close()
+
+
+async def test_an_owner_whose_claim_was_revoked_still_records_its_receipt(db: Database) -> None:
+    # Given an approved run whose ticket was created and whose receipt has not come back
+    async with ticket_in_flight(db) as (client, pump, run_id):
+        # When the run is cancelled meanwhile (every claim revoked), and only then the receipt returns
+        assert (await client.post(f"/v1/runs/{run_id}/cancel", headers=auth("admin"))).status_code == 202
     async with db.reader() as conn:
         [op] = await operations.list_operations(conn, "acme", run_id)
         step = await steps.get_step(conn, "acme", run_id, "create_ticket")
@@ -274,17 +284,9 @@ async def ticket_outcome(db: Database, run_id: str) -> tuple[Operation, int, Ste
 
 async def test_a_run_that_moved_while_its_ticket_was_in_flight_still_finishes_with_the_receipt(db: Database) -> None:
     # Given an approved run whose ticket was created and whose receipt has not come back yet
-    gated = GatedTickets(BuiltinTicketSystem(db, FrozenClock(T0)), hold="after")
-    pump, deps, _, _, run_id, approval = await waiting_for_approval(db, tickets=gated)
-    async with api(deps) as client:
-        assert (await decide(client, approval.approval_id)).status_code == 200
-        draining = asyncio.create_task(pump.drain())
-        await asyncio.wait_for(gated.entered.wait(), timeout=10)
+    async with ticket_in_flight(db) as (_, _, run_id):
         # When another writer moves the run meanwhile (its version is no longer the permit's)
         await move_run(db, run_id)
-        gated.release.set()
-        await asyncio.wait_for(draining, timeout=20)
-    await pump.close()
     # Then the receipt and the step's end still commit together, by the same owner: one ticket
     op, epoch, step_state, run_state, tickets = await ticket_outcome(db, run_id)
     assert (op.fact_state, op.external_ref, tickets) == (OperationFact.CONFIRMED_SUCCESS, "INC-1", ["INC-1"])
@@ -298,16 +300,10 @@ async def test_a_run_that_moved_after_create_tickets_claim_still_gets_its_one_ti
     async with api(deps) as client:
         assert (await decide(client, approval.approval_id)).status_code == 200
     await pump.drain()
-    [wakeup] = pump.parked
-    coordinator = pump.dispatchers[0]
-    async with db.transaction() as conn:
-        ctx = await coordinator.claim_in(conn, wakeup)
-    assert ctx is not None
+    ctx = await pump.claim_parked()
     # When another writer moves the run before the permit's transaction
     await move_run(db, run_id)
-    await coordinator.run_claimed(ctx)
-    pump.parked.clear()
-    pump.held.clear()
+    await pump.dispatchers[0].run_claimed(ctx)
     await pump.drain()
     await pump.close()
     # Then that claim still records the intent, sends once and finishes: one ticket, one Operation

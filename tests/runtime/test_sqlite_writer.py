@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 from ira.runtime.store import sqlite_driver
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
+from tests.eventually import eventually
 
 
 @pytest.fixture
@@ -186,11 +187,13 @@ async def test_a_writer_cancelled_while_waiting_for_the_lock_leaves_the_next_one
             await conn.execute(text("UPDATE counter SET n = n + 10"))
 
     waiting = asyncio.create_task(increment())
-    for _ in range(10):
-        await asyncio.sleep(0.01)
+    # it holds the process's write lock once it waits for SQLite's: taking the first does not
+    # suspend it, and its first suspension is the wait for the second
+    await eventually(db._write_lock.locked, message="the writer waits for the other process's lock")
     assert not waiting.done()
     waiting.cancel()
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # one turn of the loop: the cancellation reaches it while the BEGIN still waits
+    assert not waiting.done()
     other.execute("COMMIT")
     other.close()
     with pytest.raises(asyncio.CancelledError):

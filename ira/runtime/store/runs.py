@@ -44,7 +44,7 @@ _ENQUEUED_RUN = "ira_enqueued_run"
 
 _INSERT_TASK = insert(tasks)
 _INSERT_RUN = insert(runs)
-"""Built once (see timers._INSERT): the same statement object each run."""
+"""Built once (see timers.py): the same statement object each run."""
 
 
 async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_checked: bool = False

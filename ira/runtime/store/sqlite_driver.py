@@ -192,14 +192,11 @@ async def _wait_for_lock(adapted: OneHopConnection, conn: sqlite3.Connection) ->
     """
     waiting = asyncio.ensure_future(adapted._connection._execute(_begin_immediate, conn, BUSY_TIMEOUT_MS))
     cancelled: asyncio.CancelledError | None = None
-    while True:
+    while not waiting.done():  # bounded by the busy timeout
         try:
             await asyncio.shield(waiting)
-            break
         except asyncio.CancelledError as exc:
-            if waiting.done():
-                break
-            cancelled = exc  # bounded by the busy timeout
+            cancelled = exc  # raised once the BEGIN ended, even if it ended as this arrived
         except sqlite3.Error:
             break
     if cancelled is None:
