@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
 
 from ira.infra.tansu import EmbeddedKafka
+from ira.runtime.bus.producer import BusProducer
 from tests.sources.harness import AM, AM_TOKEN, Harness, bearer, distinct_alert, fixture, read_topic, serving
 from tests.sources.rawhttp import post_many
 
 SENDERS = 1_000
+
+
+@pytest.fixture
+async def producer(kafka: EmbeddedKafka) -> AsyncIterator[BusProducer]:
+    """A 10 s ack timeout instead of the sources tests' 2 s: a thousand
+    concurrent produces on a loaded CI machine can take longer than 2 s to be acked, which made
+    these tests see 503 (broker unavailable) although nothing was lost. They test the dedupe
+    under concurrency, not the broker's latency (tests/sources/test_broker_down.py does that)."""
+    async with BusProducer(kafka.bootstrap, request_timeout=timedelta(seconds=10)) as bus_producer:
+        yield bus_producer
 
 
 async def post_all(base_url: str, bodies: list[bytes]) -> list[dict]:
