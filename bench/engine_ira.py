@@ -11,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import runs as incident_runs
 from sqlalchemy import bindparam, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.deps import Deps
+from ira.coordinator.notify import APPROVAL_REQUESTED
 from ira.core.clock import SystemClock
-from ira.core.commit import NewRun, NewStep
+from ira.core.commit import NewRun, NewStep, OutboxMessage
+from ira.core.delivery import DELIVERY_REQUESTED
 from ira.core.envelope import Envelope
 from ira.core.ids import new_id
 from ira.core.states import StepState
@@ -76,11 +79,48 @@ class Chains:
 
 
 @dataclass
+class Asked:
+    """Hears the commits that ask for an approval (the approval request's delivery message in
+    the same commit as APPROVAL_REQUESTED): the wait for runs to reach WAITING wakes when one
+    commits, instead of polling the database every 10 ms on the loop the engine runs on (each
+    poll a reader connection and a statement on aiosqlite's thread, which took CPU and the loop
+    from the runs it waited for). A commit listener of the bench, not of ira: it takes nothing."""
+
+    count: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self, message: OutboxMessage) -> str | None:
+        return None
+
+    async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
+        raise AssertionError("Asked takes nothing")
+
+    def committed(self, messages: Sequence[OutboxMessage]) -> None:
+        asked = sum(1 for m in messages if m.envelope.type == DELIVERY_REQUESTED
+                    and m.envelope.payload.get("kind") == APPROVAL_REQUESTED)
+        if asked:
+            self.count += asked
+            self.changed.set()
+
+    def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
+        pass
+
+    async def until(self, count: int, *, timeout: float) -> None:
+        """Until ``count`` approval requests committed since the start, or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.count < count and (left := deadline - time.monotonic()) > 0:
+            self.changed.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, 1.0))
+
+
+@dataclass
 class IraEngine:
     db: Database
     deps: Deps
     producer: BusProducer
     chains: Chains
+    asked: Asked = field(default_factory=Asked)
 
     async def chain_ms(self, length: int) -> float:
         return await self.chains.run_ms(length)
@@ -98,9 +138,10 @@ class IraEngine:
     async def to_waiting(self, envelopes: list[Envelope]) -> dict[str, float]:
         """Publish ``create_run`` decisions; incident_id -> ms from publish to APPROVAL_REQUESTED
         (only the runs that got there within the timeout)."""
-        total = await self._count("waiting") + len(envelopes)
+        total, asked = await self._count("waiting") + len(envelopes), self.asked.count + len(envelopes)
         sent = await incident_runs.publish(self.producer, envelopes)
-        await self._wait("waiting", total, timeout=60 + len(envelopes))
+        await self.asked.until(asked, timeout=60 + len(envelopes))
+        await self._wait("waiting", total, timeout=10)  # the database's word, once they are all asked
         asked = await incident_runs.asked_at(self.db)
         return {i: (asked[i] - t) * 1000 for i, t in sent.items() if i in asked}
 
@@ -140,6 +181,7 @@ async def ira_engine(backend: str, url: str | None, workdir: Path, bootstrap: st
         async with incident_runs.eager_steps(db, intake, incident_runs.step_consumer("bench-chain", intake, bootstrap,
                                                                                      producer)):
             engine = IraEngine(db=db, deps=deps, producer=producer, chains=chains)
-            await engine.to_waiting(incident_runs.decisions(1, TENANT))  # warm-up: every group has joined
-            await chains.run_ms(2)
-            yield engine
+            with db.listening(engine.asked):
+                await engine.to_waiting(incident_runs.decisions(1, TENANT))  # warm-up: every group has joined
+                await chains.run_ms(2)
+                yield engine

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 STEP_FETCH_WAIT = timedelta(milliseconds=100)
 """Each step of a run is one hop through the broker: a short fetch wait keeps a hop ~10x
 below the broker's default 500 ms hold (the embedded broker holds a fetch the full time)."""
+DECISION_FETCH_WAIT = timedelta(milliseconds=20)
+"""The run requests' consumer: a new run's hop from triage's publish is up to ~half of this on
+the embedded broker (a decision's publish -> the coordinator's handler, p50: ~11 ms at 50 ms,
+~6 ms at 20 ms, ~4.5 ms at 10 ms); idle, the polls cost ~2.3 % of a core in the coordinator
+and ~2.7 % in the broker at 20 ms (0.9 % and 1.0 % at 100 ms; bench/README.md, 2026-12-04)."""
 
 
 def build_deps(platform: Platform) -> Deps:
@@ -50,7 +55,7 @@ def build_worker(platform: Platform) -> CoordinatorWorker:
     settings = platform.settings
     return CoordinatorWorker(
         deps, dispatcher, bootstrap=platform.kafka_bootstrap, producer=platform.producer,
-        consumer=consumer_settings(settings, fetch_wait=STEP_FETCH_WAIT),
+        consumer=consumer_settings(settings, fetch_wait=STEP_FETCH_WAIT), decisions_fetch_wait=DECISION_FETCH_WAIT,
         max_concurrent=settings.coordinator.max_concurrent_steps, on_outcome=lambda o: _count(platform, o),
         on_lag=lambda consumer, lags: set_lag(platform.metrics, consumer, lags),
         on_parked=lambda consumer, summary: set_park(platform.metrics, consumer, summary))

@@ -13,6 +13,7 @@ after that commit (eager dispatch); a wake-up lost with this process is re-sent 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -55,19 +56,27 @@ class CoordinatorWorker:
     def __init__(
         self, deps: Deps, dispatcher: StepDispatcher, *, bootstrap: str, producer: BusProducer,
         consumer: ConsumerSettings = ConsumerSettings(), max_concurrent: int = 16, group_suffix: str = "",
+        decisions_fetch_wait: timedelta | None = None,
         on_outcome: Callable[[RecordOutcome], None] | None = None,
         on_lag: Callable[[str, dict[tuple[str, int], int]], None] | None = None,
         on_parked: Callable[[str, ParkSummary], None] | None = None,
     ) -> None:
         """``on_lag(consumer, lags)``: each consumer's lag per (topic, partition), ``on_parked(consumer,
-        summary)``: each consumer's parked records and dead letters, for /metrics."""
+        summary)``: each consumer's parked records and dead letters, for /metrics.
+        ``decisions_fetch_wait``: the run requests' consumer's own fetch wait (default: the
+        others'). On the embedded broker a fetch is answered when its wait ends, not when a record
+        arrives, so a new run's first hop is up to about half of it: a short wait here is the
+        start of every run that came through the broker, at the cost of an idle poll more often
+        on this one consumer (steps come eagerly, updates may wait)."""
         env = deps.config.environment
         prefix, dlq = group_prefix(env), topic_name(Topic.DLQ, env)
         self.deps, self.dispatcher = deps, dispatcher
         self.decisions = ConsumerRunner(
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator{group_suffix}",
             topics=[topic_name(Topic.INCIDENTS, env)], name=DECISIONS_CONSUMER, handler=self._on_decision,
-            producer=producer, dlq_topic=dlq, db=deps.db, settings=consumer, clock=deps.clock, on_outcome=on_outcome,
+            producer=producer, dlq_topic=dlq, db=deps.db, clock=deps.clock, on_outcome=on_outcome,
+            settings=consumer if decisions_fetch_wait is None else dataclasses.replace(
+                consumer, fetch_wait=decisions_fetch_wait),
             on_lag=_named(DECISIONS_CONSUMER, on_lag), on_parked=_named(DECISIONS_CONSUMER, on_parked))
         self.updates = ConsumerRunner(  # follow-ups: their own topic and group, never ahead of a new run request
             bootstrap=bootstrap, group_id=f"{prefix}ira.coordinator-updates{group_suffix}",
