@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Update
 
 from ira.coordinator.schema import ticket_drafts
 from ira.core.errors import NotFoundError
@@ -28,11 +30,6 @@ _GET_APPROVAL = select(approvals).where(_ap.tenant_id == bindparam("k_tenant"),
                                         _ap.approval_id == bindparam("k_approval"))
 _LIST_APPROVALS = select(approvals).where(_ap.tenant_id == bindparam("k_tenant"), _ap.run_id == bindparam("k_run")) \
     .order_by(_ap.created_at, _ap.approval_id)
-_SETTLE_APPROVAL = update(approvals).where(
-    _ap.tenant_id == bindparam("k_tenant"), _ap.approval_id == bindparam("k_approval"),
-    _ap.state.in_(bindparam("k_from", expanding=True)),
-).values(state=bindparam("v_state"), decided_by=bindparam("v_by"), decided_at=bindparam("v_at"),
-         reason=bindparam("v_reason"))
 _CLOSE_WORK_ITEMS = update(work_items).where(
     _wi.tenant_id == bindparam("k_tenant"), _wi.run_id == bindparam("k_run"), _wi.kind == bindparam("k_kind"),
     _wi.state == WorkItemState.OPEN).values(state=WorkItemState.CLOSED, closed_at=bindparam("v_at"))
@@ -77,10 +74,21 @@ async def settle_approval(
     by: str | None = None, reason: str | None = None, from_states: Sequence[ApprovalState] = (ApprovalState.PENDING,),
 ) -> bool:
     """Compare-and-set the approval's state; False if it was no longer in ``from_states``."""
-    result = await conn.execute(_SETTLE_APPROVAL, {
-        "k_tenant": approval.tenant_id, "k_approval": approval.approval_id, "k_from": list(from_states),
+    result = await conn.execute(_settle_statement(tuple(from_states)), {
+        "k_tenant": approval.tenant_id, "k_approval": approval.approval_id,
         "v_state": state, "v_by": by, "v_at": at, "v_reason": reason})
     return result.rowcount == 1
+
+
+@cache
+def _settle_statement(from_states: tuple[ApprovalState, ...]) -> Update:
+    """``settle_approval``'s compare-and-set, built once per set of source states: as the statement's
+    own ``IN`` list, not a parameter (a list the caller passes is compiled per execution on SQLite)."""
+    return update(approvals).where(
+        _ap.tenant_id == bindparam("k_tenant"), _ap.approval_id == bindparam("k_approval"),
+        _ap.state.in_(from_states),
+    ).values(state=bindparam("v_state"), decided_by=bindparam("v_by"), decided_at=bindparam("v_at"),
+             reason=bindparam("v_reason"))
 
 
 async def open_work_item(conn: AsyncConnection, item: WorkItem) -> None:

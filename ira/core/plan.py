@@ -7,13 +7,30 @@ decides whether a failed optional branch matters). Pure, so the rule is testable
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
-from ira.core.run import Step
 from ira.core.states import FINISHED_STEP_STATES, StepState
 
 
-def newly_ready(steps: Iterable[Step], changes: Mapping[str, StepState]) -> list[Step]:
+class PlanStep(Protocol):
+    """What the rule reads of a step: a ``Step``, or a plan row that carries only these (the
+    store reads just them on every finishing commit: no JSON binding decoded, no model built)."""
+
+    @property
+    def step_id(self) -> str: ...
+
+    @property
+    def state(self) -> Any: ...
+
+    @property
+    def depends_on(self) -> Sequence[str]: ...
+
+
+S = TypeVar("S", bound=PlanStep)
+
+
+def newly_ready(steps: Sequence[S], changes: Mapping[str, StepState]) -> list[S]:
     """BLOCKED steps whose dependencies are all finished once ``changes`` apply."""
     after = {s.step_id: changes.get(s.step_id, s.state) for s in steps}
     return [

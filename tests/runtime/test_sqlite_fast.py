@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam, insert, select, update
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from ira.runtime.store import sqlite_fast
@@ -33,6 +34,7 @@ INSERT = insert(things)
 BY_ID = select(things).where(things.c.id == bindparam("k_id"))
 LIVE = select(things.c.id, things.c.n).where(things.c.state.in_(("new", "open"))).order_by(things.c.id)
 AMONG = select(things.c.id).where(things.c.id.in_(bindparam("ids", expanding=True))).order_by(things.c.id)
+INSERT_NEW = sqlite_insert(things).on_conflict_do_nothing().returning(things.c.id)
 BUMP = update(things).where(things.c.state == "open").values(n=things.c.n + bindparam("by"))
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -96,6 +98,19 @@ async def test_executemany_through_a_plan_writes_every_row(sqlite_db: Database) 
         await conn.execute(INSERT, [_row(3), _row(4)])
     async with sqlite_db.transaction() as conn:
         assert [r.id for r in (await conn.execute(LIVE)).all()] == ["t1", "t2", "t3", "t4"]
+
+
+async def test_several_rows_with_returning_run_the_single_row_plan_once_each(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        first = (await conn.execute(INSERT_NEW, [_row(1), _row(2)])).scalars().all()
+        again = (await conn.execute(INSERT_NEW, [_row(2), _row(3), _row(4)]))
+        assert _planned(INSERT_NEW)
+        assert sorted(first) == ["t1", "t2"] and again.scalars().all() == ["t3", "t4"]  # t2 was there: no row
+        refused = await conn.execute(INSERT_NEW, [_row(1), _row(4)])
+        assert refused.scalars().all() == [] and refused.rowcount == 0
+    async with sqlite_db.reader() as conn:
+        ids = (await conn.execute(select(things.c.id).order_by(things.c.id))).scalars().all()
+    assert ids == ["t1", "t2", "t3", "t4"]
 
 
 async def test_a_callers_in_list_takes_sqlalchemys_path(sqlite_db: Database) -> None:

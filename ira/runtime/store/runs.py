@@ -175,10 +175,10 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
-        params.update(new_state=change.state, new_wait_kind=change.wait_kind, sources=_sources_of(change.state))
+        params.update(new_state=change.state, new_wait_kind=change.wait_kind)
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
-    statement = _bump_statement(change.state is not None, change.outcome is not None)
+    statement = _bump_statement(change.state, change.outcome is not None)
     if with_events or promoted or rows:
         if with_events:
             params.update(event_params(change.events, SHAPES))
@@ -192,15 +192,16 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
 
 
 @cache
-def _bump_statement(with_state: bool, with_outcome: bool) -> Update:
-    """The compare-and-set UPDATE, built once per shape of change."""
+def _bump_statement(target: RunState | None, with_outcome: bool) -> Update:
+    """The compare-and-set UPDATE, built once per shape of change and target state (its legal
+    sources are the statement's own ``IN`` list: see ``step_changes._step_change_statement``)."""
     values: dict[str, object] = {"state_version": runs.c.state_version + 1,
                                  "last_seq": runs.c.last_seq + bindparam("n_events", type_=Integer),
                                  "updated_at": bindparam("now")}
     where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")]
-    if with_state:
+    if target is not None:
         values.update(state=bindparam("new_state"), wait_kind=bindparam("new_wait_kind"))
-        where.append(runs.c.state.in_(bindparam("sources", expanding=True)))
+        where.append(runs.c.state.in_(_sources_of(target)))
     if with_outcome:
         values["outcome"] = bindparam("new_outcome")
     return update(runs).where(*where).values(**values).returning(*runs.c)

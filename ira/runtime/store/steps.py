@@ -270,4 +270,8 @@ async def find_wakeable(conn: AsyncConnection, *, now: datetime, quiet: timedelt
 
 
 async def mark_woken(conn: AsyncConnection, step: Step, *, now: datetime) -> None:
-    await conn.execute(update(steps).where(_key(step.tenant_id, step.run_id, step.step_id)).values(woken_at=now))
+    await conn.execute(_MARK_WOKEN, {**step_key_params(step.tenant_id, step.run_id, step.step_id), "v_now": now})
+
+
+_MARK_WOKEN = update(steps).where(STEP_KEY).values(woken_at=bindparam("v_now", type_=steps.c.woken_at.type))
+"""Built once: the scanner marks every step it wakes (a burst's READY steps waiting for a slot)."""
