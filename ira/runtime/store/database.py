@@ -23,7 +23,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
-from ira.runtime.store import sqlite_driver
+from ira.runtime.store import pg_fast, sqlite_driver
 from ira.runtime.store.sqlite_writer import SQLiteWriter
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,7 @@ class Database:
             _install_sqlite_hooks(engine)
         else:
             _install_postgres_hooks(engine)
+            engine = pg_fast.FastEngine(engine.sync_engine)  # statements on asyncpg's prepared statements
         return cls(engine)
 
     @asynccontextmanager
@@ -263,12 +264,17 @@ class Database:
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only view; on SQLite it never waits for the writer."""
+        """A read-only view; on SQLite it never waits for the writer; on PostgreSQL its reads
+        run without a transaction around them (``pg_fast.reading_without_transaction``)."""
         async with self.engine.connect() as conn:
             info = conn.info  # taken now, as in ``transaction``
             info[_READER] = True
             try:
-                yield conn
+                if self.dialect == "postgresql":
+                    with pg_fast.reading_without_transaction(conn):
+                        yield conn
+                else:
+                    yield conn
             finally:
                 info.pop(_READER, None)
 
