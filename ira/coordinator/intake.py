@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy import bindparam, desc, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import updates
@@ -32,11 +32,16 @@ from ira.runtime.store.schema import runs as runs_table
 
 log = logging.getLogger(__name__)
 _r = runs_table.c
-_EXISTING = select(runs_table).where(_r.tenant_id == bindparam("k_tenant"), or_(
-    _r.idempotency_key == bindparam("k_key"),
-    and_(_r.incident_id == bindparam("k_incident"), _r.state.not_in(TERMINAL_RUN_STATES)),
-)).order_by(_r.created_at.desc())
-"""A decision's run by key and its incident's open runs (at most one open, one keyed), built once."""
+_EXISTING = union_all(
+    select(runs_table).where(_r.tenant_id == bindparam("k_tenant"), _r.idempotency_key == bindparam("k_key")),
+    select(runs_table).where(_r.tenant_id == bindparam("k_tenant"), _r.incident_id == bindparam("k_incident"),
+                             _r.state.not_in(TERMINAL_RUN_STATES)),
+).order_by(desc("created_at"))
+"""A decision's run by key and its incident's open runs (at most one open, one keyed), built once.
+Two reads in one statement, each on its own index: as one ``tenant = ? AND (key = ? OR (incident
+= ? AND ...))``, SQLite searched ``ix_runs_tenant_id_state`` by tenant alone, reading every run
+of the tenant for each decision (a start that got slower with the tenant's history). A run that
+matches both comes back twice; ``_existing`` takes the first of each kind."""
 
 
 def parse_decision(envelope: Envelope) -> IncidentDecision:

@@ -12,7 +12,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    bindparam,
+    desc,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
@@ -35,6 +48,8 @@ BY_ID = select(things).where(things.c.id == bindparam("k_id"))
 LIVE = select(things.c.id, things.c.n).where(things.c.state.in_(("new", "open"))).order_by(things.c.id)
 AMONG = select(things.c.id).where(things.c.id.in_(bindparam("ids", expanding=True))).order_by(things.c.id)
 INSERT_NEW = sqlite_insert(things).on_conflict_do_nothing().returning(things.c.id)
+EITHER = union_all(select(things.c.id, things.c.n).where(things.c.id == bindparam("k_id")),
+                   select(things.c.id, things.c.n).where(things.c.state == bindparam("k_state"))).order_by(desc("id"))
 BUMP = update(things).where(things.c.state == "open").values(n=things.c.n + bindparam("by"))
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -111,6 +126,15 @@ async def test_several_rows_with_returning_run_the_single_row_plan_once_each(sql
     async with sqlite_db.reader() as conn:
         ids = (await conn.execute(select(things.c.id).order_by(things.c.id))).scalars().all()
     assert ids == ["t1", "t2", "t3", "t4"]
+
+
+async def test_a_union_runs_from_its_plan(sqlite_db: Database) -> None:
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, [_row(1), _row(2, state="done"), _row(3, state="done")])
+        first = (await conn.execute(EITHER, {"k_id": "t1", "k_state": "done"})).all()
+        again = (await conn.execute(EITHER, {"k_id": "t2", "k_state": "done"})).all()
+    assert _planned(EITHER)
+    assert first == [("t3", 3), ("t2", 2), ("t1", 1)] and again == [("t3", 3), ("t2", 2), ("t2", 2)]
 
 
 async def test_a_callers_in_list_takes_sqlalchemys_path(sqlite_db: Database) -> None:

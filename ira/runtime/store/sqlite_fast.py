@@ -36,7 +36,7 @@ from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.sql.selectable import Select
+from sqlalchemy.sql.selectable import CompoundSelect, Select
 
 from ira.runtime.store.sqlite_driver import OneHopConnection, run_statement
 
@@ -141,6 +141,7 @@ class Plans:
 
 
 _PLANS = Plans()
+_PLANNABLE = (Select, CompoundSelect, UpdateBase)
 _NO_COLUMNS = SimpleResultMetaData([])
 """The metadata of a result without columns (an UPDATE's): shared, as a plan's own is."""
 
@@ -200,7 +201,7 @@ class FastConnection(AsyncConnection):
     def _fast(self, statement: Any, parameters: Any, execution_options: Any
               ) -> tuple[Plan, sqlite3.Connection, Any] | None:
         """(plan, sqlite3 connection, parameters: a mapping, or a list of them for executemany)."""
-        if execution_options or not isinstance(statement, Select | UpdateBase) or statement._execution_options:
+        if execution_options or not isinstance(statement, _PLANNABLE) or statement._execution_options:
             return None
         sync = self.sync_connection
         if sync is None or sync.closed or sync._has_events or sync.engine._has_events or sync.dialect._has_events \
