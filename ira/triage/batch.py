@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.alert import AlertEvent, Evaluation
+from ira.core.alert import AlertEvent, ChangeEvent, Evaluation
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.model import Model
@@ -71,6 +71,7 @@ class Pending:
         self._alert_rows: list[dict[str, Any]] = []
         self._evaluation_rows: list[dict[str, Any]] = []
         self._outbox: list[OutboxMessage] = []
+        self._changes: list[dict[str, Any]] = []
         self._last_at: datetime | None = None
         self._noise: dict[GroupRef, NoiseVerdict | None] = {}
         self._reads: dict[tuple[str, str], tuple[AlertEvent, str, Lookup]] = {}
@@ -186,6 +187,10 @@ class Pending:
             self._outbox.append(outbox)
         self._last_at = evaluation.at
 
+    def change(self, change: ChangeEvent) -> None:
+        """A deploy or config change to store (a known source identity is skipped at the flush)."""
+        self._changes.append(change.model_dump())
+
     def duplicate(self, evaluation: Evaluation) -> None:
         """A known source identity: only its evaluation is stored."""
         self._evaluation_rows.append(evaluation.model_dump())
@@ -202,6 +207,7 @@ class Pending:
         await store.insert_incidents(conn, [self._records[ref] for ref in sorted(self._new)])
         await store.insert_alerts(conn, self._alert_rows)
         await store.insert_evaluations(conn, self._evaluation_rows)
+        await store.insert_changes(conn, self._changes)
         if self._last_at is not None:
             await subscription_store.write(conn, self._subscriptions(send, now=self._last_at))
         if self._outbox and self._last_at is not None:

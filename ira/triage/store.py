@@ -30,7 +30,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.alert import AlertEvent, AlertStatus, ChangeEvent, Severity
+from ira.core.alert import AlertEvent, AlertStatus, Severity
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
 from ira.core.states import TERMINAL_RUN_STATES, IncidentStatus
@@ -208,7 +208,7 @@ class _Statements:
         self.insert_incident = incidents.insert()
         self.insert_alert = alerts.insert()
         self.insert_evaluation = decisions.insert()
-        self.insert_change = insert(changes).on_conflict_do_nothing().returning(changes.c.event_id)
+        self.insert_changes = insert(changes).on_conflict_do_nothing()
 
 
 _BUILT: dict[str, _Statements] = {}
@@ -299,9 +299,10 @@ async def insert_evaluations(conn: AsyncConnection, rows: Sequence[dict[str, Any
         await conn.execute(_sql(conn).insert_evaluation, list(rows))
 
 
-async def record_change(conn: AsyncConnection, change: ChangeEvent) -> bool:
-    """Store a deploy/config change; False if its source identity is known (a duplicate)."""
-    return (await conn.execute(_sql(conn).insert_change, change.model_dump())).first() is not None
+async def insert_changes(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """Store deploy/config changes (``ChangeEvent.model_dump()``); known source identities are skipped."""
+    if rows:
+        await conn.execute(_sql(conn).insert_changes, list(rows))
 
 
 async def close_quiet_incidents(conn: AsyncConnection, *, now: datetime) -> int:

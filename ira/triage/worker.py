@@ -81,7 +81,8 @@ def parse_payload(model: type[M], envelope: Envelope) -> M:
 
 
 class TriageHandler:
-    """The InboxHandler of the ``triage`` consumer, and its BatchHooks (:meth:`start`, :meth:`finish`).
+    """The InboxHandler of the ``triage`` consumer, and its BatchHooks (:meth:`start`, :meth:`finish`;
+    ``ReadFirst`` with :meth:`carry`: start and the handler only read, finish writes).
 
     One instance serves one consumer: it keeps each open transaction's pending writes (keyed
     weakly by the connection, so a rolled-back batch leaves nothing behind).
@@ -97,8 +98,8 @@ class TriageHandler:
 
     async def __call__(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
         with store.conflicts_as_retries():
-            if envelope.type == CHANGE_MESSAGE:
-                await store.record_change(conn, parse_payload(ChangeEvent, envelope))
+            if envelope.type == CHANGE_MESSAGE:  # written with the batch, by finish
+                self._batches.setdefault(conn, Pending()).change(parse_payload(ChangeEvent, envelope))
             elif envelope.type == ALERT_MESSAGE:
                 pending = self._batches.get(conn)
                 alert = pending.alert(envelope) if pending else None
@@ -131,6 +132,15 @@ class TriageHandler:
                 if lookup.active_run_id}
         with store.conflicts_as_retries():
             pending.remember_subscriptions(runs, await subscription_store.read(conn, sorted(runs)))
+
+    def carry(self, read: AsyncConnection, write: AsyncConnection) -> None:
+        """The batch decided on ``read`` (a reader, before the write transaction: the consumer
+        does that on SQLite, ``ira.runtime.bus.inbox``) is ``write``'s to flush. Nothing of it
+        was written yet, and whatever it read is checked by the flush's compare-and-sets and
+        unique keys, so it may land in a later transaction than the one it read in."""
+        pending = self._batches.pop(read, None)
+        if pending is not None:
+            self._batches[write] = pending
 
     async def finish(self, conn: AsyncConnection) -> None:
         """Write what this transaction decided (the consumer calls it before committing)."""

@@ -43,12 +43,12 @@ from ira.infra.tansu import BrokerStartError, EmbeddedKafka
 from ira.runtime.bus import tracing
 from ira.runtime.bus.admin import ensure_topics, missing_topics, topic_names, topics_exist
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
-from ira.runtime.bus.inbox import InboxApplier
+from ira.runtime.bus.inbox import InboxApplier, record_inbox_many
 from ira.runtime.bus.producer import BusProducer, Published
 from ira.runtime.bus.record import Disposition, InboxHandler, Outcome, PlainHandler, RecordMeta, disposition
 from ira.runtime.bus.together import TogetherPublisher
 from ira.runtime.settings import load_settings
-from ira.runtime.store.database import Database
+from ira.runtime.store.database import Database, is_reader
 from ira.runtime.store.outbox import URGENT_HEADER, envelope_headers
 from ira.runtime.store.schema import inbox
 from ira.runtime.telemetry import setup_tracing
@@ -285,6 +285,91 @@ async def test_a_refusing_finish_rolls_the_whole_batch_back(db: Database) -> Non
         await applier.apply([(envelope(), META), (envelope(), META)])
 
     assert await applied(db) == [] and await inbox_ids(db) == set()
+
+
+class ReadFirstHooks(Hooks):
+    """``ReadFirst`` hooks: the handler only notes what it would write; ``finish`` writes it,
+    on the connection the batch was carried to. ``meanwhile`` runs once, after the first read."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__()
+        self.db = db
+        self.decided: dict[AsyncConnection, list[str]] = {}
+        self.on_reader: list[bool] = []
+        """Per handler call: was its connection a reader (no write lock)?"""
+        self.meanwhile: list[str] = []
+
+    async def handler(self, conn: AsyncConnection, env: Envelope, meta: RecordMeta) -> None:
+        self.on_reader.append(is_reader(conn))
+        self.decided.setdefault(conn, []).append(env.message_id)
+
+    async def start(self, conn: AsyncConnection, envelopes: Sequence[Envelope]) -> None:
+        await super().start(conn, envelopes)
+        for message_id in self.meanwhile:  # another applier remembers it between the read and the write
+            async with self.db.transaction() as other:
+                await record_inbox_many(other, consumer=CONSUMER, keys=[("acme", message_id)], at=datetime.now(UTC))
+        self.meanwhile = []
+
+    def carry(self, read: AsyncConnection, write: AsyncConnection) -> None:
+        self.calls.append(("carry", []))
+        self.decided[write] = self.decided.pop(read, [])
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        await super().finish(conn)
+        for message_id in self.decided.pop(conn, []):
+            await conn.execute(insert(effects).values(message_id=message_id))
+
+
+def read_first_applier(db: Database, hooks: ReadFirstHooks) -> InboxApplier:
+    return InboxApplier(db, consumer=CONSUMER, handler=hooks.handler, clock=SystemClock(),
+                        span=lambda env, meta: nullcontext(), hooks=hooks)
+
+
+async def test_on_sqlite_a_read_first_batch_decides_before_its_write_transaction(db: Database) -> None:
+    hooks = ReadFirstHooks(db)
+    applier = read_first_applier(db, hooks)
+    known, first, second = envelope(), envelope(), envelope()
+    await applier.apply([(known, META)])
+    hooks.calls.clear()
+
+    outcomes = await applier.apply([(first, META), (known, META), (second, META), (first, META)])
+
+    assert outcomes == [Outcome.PROCESSED, Outcome.DUPLICATE, Outcome.PROCESSED, Outcome.DUPLICATE]
+    assert hooks.calls == [("start", [first.message_id, second.message_id]), ("carry", []), ("finish", [])]
+    assert hooks.on_reader == [True, True, True]  # decided without SQLite's write lock
+    assert await applied(db) == [known.message_id, first.message_id, second.message_id]
+    assert await inbox_ids(db) == {known.message_id, first.message_id, second.message_id}
+
+
+async def test_a_record_remembered_elsewhere_between_read_and_write_sends_the_batch_back_to_its_read(
+    db: Database,
+) -> None:
+    hooks = ReadFirstHooks(db)
+    applier = read_first_applier(db, hooks)
+    first, second = envelope(), envelope()
+    hooks.meanwhile = [second.message_id]  # applied by someone else once this batch has read
+
+    outcomes = await applier.apply([(first, META), (second, META)])
+
+    # the first write found second's inbox row taken and wrote nothing; the second read knew it
+    assert outcomes == [Outcome.PROCESSED, Outcome.DUPLICATE]
+    assert hooks.calls == [("start", [first.message_id, second.message_id]), ("start", [first.message_id]),
+                           ("carry", []), ("finish", [])]
+    assert await applied(db) == [first.message_id]
+    assert await inbox_ids(db) == {first.message_id, second.message_id}
+
+
+@pytest.mark.parametrize("db", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+async def test_on_postgresql_read_first_hooks_decide_inside_the_write_transaction(db: Database) -> None:
+    hooks = ReadFirstHooks(db)
+    applier = read_first_applier(db, hooks)
+    first = envelope()
+
+    assert await applier.apply([(first, META)]) == [Outcome.PROCESSED]
+
+    assert hooks.calls == [("start", [first.message_id]), ("finish", [])]  # row locks, not one lock: no carry
+    assert hooks.on_reader == [False]
+    assert await applied(db) == [first.message_id]
 
 
 async def test_offsets_are_committed_only_after_the_handler_and_stop_finishes_the_record(

@@ -201,3 +201,17 @@ async def test_a_writer_cancelled_while_waiting_for_the_lock_leaves_the_next_one
     async with db.transaction() as conn:
         await conn.execute(text("UPDATE counter SET n = n + 100"))
     assert await _count(db) == 101
+
+
+async def test_a_snapshot_reads_inline_and_leaves_no_read_transaction_behind(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    db, _ = sqlite_db
+    seen = []
+    for _ in range(2):  # the second snapshot may get the first's pooled connection: it must see the write
+        async with db.snapshot() as conn:
+            adapted = (await conn.get_raw_connection()).dbapi_connection
+            seen.append((int((await conn.execute(text("SELECT n FROM counter"))).scalar_one()), adapted.inline))
+        assert not adapted.inline and not sqlite_driver.is_in_transaction(adapted)  # back to one hop, read ended
+        async with db.transaction() as write:
+            await write.execute(text("UPDATE counter SET n = n + 1"))
+
+    assert seen == [(0, True), (1, True)]

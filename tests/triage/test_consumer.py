@@ -85,6 +85,12 @@ async def updates_on_topic(kafka: EmbeddedKafka, bus_env: str, expected: int) ->
     return [IncidentUpdate.model_validate(Envelope.from_bytes(r.value).payload) for r in records]
 
 
+async def _all_relayed(db: Database) -> bool:
+    async with db.reader() as conn:
+        return not (await conn.execute(select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None)))
+                    ).scalar_one()
+
+
 async def _at_least(found, n: int):  # type: ignore[no-untyped-def]
     items = await found
     return items if len(items) >= n else None
@@ -107,6 +113,7 @@ async def test_updates_keep_each_incidents_order(
             await start_run(sqlite_db, decision.incident_id)
         await publish(producer, bus_env, flips)
         await eventually(lambda: consumer.stats.processed == 22, timeout=20)
+        await eventually(lambda: _all_relayed(sqlite_db), timeout=20)  # the last batch's update too
         sent = await eventually(lambda: _at_least(updates_on_topic(kafka, bus_env, 4), 4), timeout=20)
 
     for decision in opened:  # an incident's updates arrive in order, each alert event counted once

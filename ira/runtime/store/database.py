@@ -278,6 +278,36 @@ class Database:
             finally:
                 info.pop(_READER, None)
 
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A reader for a caller that would only wait for its reads: on SQLite they run on the
+        event loop's thread, like a write transaction's (``sqlite_driver.begin_writing``).
+
+        A WAL reader never waits for a lock, so running inline blocks nothing but the loop, for
+        as long as SQLite computes; the thread hop it saves is two wake-ups per statement, and
+        on a loaded machine each wake-up waits for a core (measured in ``ira dev``'s triage
+        child at load 8-11: ~0.15 of a core used while its batches waited on those hops).
+        PostgreSQL: :meth:`reader`."""
+        if self._writer is None:
+            async with self.reader() as conn:
+                yield conn
+            return
+        async with self.engine.connect() as conn:
+            info = conn.info  # taken now, as in ``transaction``
+            adapted = (await conn.get_raw_connection()).dbapi_connection
+            assert isinstance(adapted, sqlite_driver.OneHopConnection)
+            info[_READER] = True
+            adapted.inline = True
+            try:
+                yield conn
+            finally:
+                try:
+                    if not (conn.closed or conn.invalidated):
+                        await conn.rollback()  # ends the read inline, before the pool sees the connection
+                finally:
+                    adapted.inline = False
+                    info.pop(_READER, None)
+
     async def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""
         async with self.engine.connect() as conn:
