@@ -12,7 +12,6 @@ step still RUNNING (or whose commit did not go through) costs a third, the relea
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -112,47 +111,45 @@ class StepDispatcher:
 
     async def _run_claimed(self, ctx: StepContext) -> None:
         # The attempt is a span of the run's trace, however it was woken (a relayed wake-up, the
-        # scanner's, a re-claim after a crash); the handler's task inherits it as its context.
+        # scanner's, a re-claim after a crash). The handler runs in the calling task (the
+        # intake's slot task, or the consumer's), not a task of its own: most steps finish
+        # within a few milliseconds, far before their lease's first renewal is due, so the
+        # renewal is a timer that starts a task only once it is due (_Lease), and a lost lease
+        # cancels this task, which takes the cancellation back here (Task.uncancel).
         with runtrace.run_span(f"step {ctx.step.kind}", ctx.run.traceparent, attributes=_attempt_attributes(ctx)) \
                 as span:
             attempt = steps.RunningAttempt(ctx.claim)
-            context = contextvars.copy_context()
-            context.run(steps.RUNNING_ATTEMPT.set, attempt)
-            work = asyncio.create_task(self.handlers[ctx.step.kind](ctx), context=context)
-            beat = asyncio.create_task(self._heartbeat(ctx.claim, work))
+            lease = _Lease(self, ctx.claim)
+            token = steps.RUNNING_ATTEMPT.set(attempt)
             try:
-                await work
+                await self.handlers[ctx.step.kind](ctx)
             except asyncio.CancelledError:
-                if not beat.done() or beat.result() is not True:
-                    raise  # we are shutting down, not losing the lease
+                if not lease.stop() or _cancelling():
+                    raise  # we are shutting down, not (only) losing the lease
                 runtrace.fail(span, "lease_lost")
                 self._lost_lease()
             except StaleEpochError:
+                lease.stop()
                 runtrace.fail(span, "stale_epoch")
                 self._lost_lease()
             except Exception as exc:  # the worker loop is the one place that catches broadly
+                if lease.stop():  # lost meanwhile: the new owner decides, nothing more is written
+                    runtrace.fail(span, "lease_lost")
+                    self._lost_lease()
+                    return
                 log.exception("step %s/%s failed", ctx.claim.run_id, ctx.claim.step_id)
                 runtrace.fail(span, type(exc).__name__, str(exc))
+                steps.RUNNING_ATTEMPT.reset(token)
                 await self._give_back(ctx, error=f"{type(exc).__name__}: {exc}")
             else:
+                lease.stop()
                 if not attempt.ended:  # else the handler's commit ended it (steps.end_attempt_in_commit)
+                    steps.RUNNING_ATTEMPT.reset(token)
                     await self._release_if_unfinished(ctx)
             finally:
-                beat.cancel()
-
-    async def _heartbeat(self, claim: Claim, work: asyncio.Task[None]) -> bool:
-        """Renew the lease every third of it; cancel the work (return True) once it is lost."""
-        while not work.done():
-            await asyncio.sleep(self.lease.total_seconds() / 3)
-            try:
-                async with self.db.transaction() as conn:
-                    claim = await steps.heartbeat(conn, claim, lease=self.lease, now=self.clock.now())
-            except StaleEpochError:
-                work.cancel()
-                return True
-            except TransientError as exc:  # the database blinked: try again next beat
-                log.warning("heartbeat for %s/%s failed: %s", claim.run_id, claim.step_id, exc)
-        return False
+                lease.stop()
+                if steps.RUNNING_ATTEMPT.get() is attempt:
+                    steps.RUNNING_ATTEMPT.reset(token)
 
     async def _release_if_unfinished(self, ctx: StepContext) -> None:
         async with self.db.transaction() as conn:
@@ -204,3 +201,64 @@ def _attempt_attributes(ctx: StepContext) -> dict[str, str | int]:
     return {"ira.tenant_id": c.tenant_id, "ira.run_id": c.run_id, "ira.step_id": c.step_id,
             "ira.step.kind": ctx.step.kind, "ira.owner_epoch": c.owner_epoch, "ira.attempt_id": c.attempt_id,
             "ira.owner": c.owner}
+
+
+def _cancelling() -> bool:
+    """Whether a cancellation from elsewhere (a shutdown) is still pending on this task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class _Lease:
+    """Renews a claim's lease every third of it while its handler runs in ``task``; once the
+    renewal finds the lease taken over (a higher epoch), cancels ``task``.
+
+    The renewal is a ``call_later`` timer that starts a task only when it is due, so a step
+    that finishes within a third of its lease (nearly all of them) costs a timer, not a task.
+    """
+
+    def __init__(self, dispatcher: StepDispatcher, claim: Claim) -> None:
+        self._dispatcher = dispatcher
+        self._claim = claim
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._period = dispatcher.lease.total_seconds() / 3
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(self._period, self._due)
+        self._beat: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._lost = False
+        self._cancelled = False
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._beat = self._loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        d = self._dispatcher
+        try:
+            async with d.db.transaction() as conn:
+                self._claim = await steps.heartbeat(conn, self._claim, lease=d.lease, now=d.clock.now())
+        except StaleEpochError:
+            self._lost = True
+            if not self._stopped and self._task is not None:
+                self._cancelled = True
+                self._task.cancel()
+            return
+        except TransientError as exc:  # the database blinked: try again next beat
+            log.warning("heartbeat for %s/%s failed: %s", self._claim.run_id, self._claim.step_id, exc)
+        if not self._stopped:
+            self._timer = self._loop.call_later(self._period, self._due)
+
+    def stop(self) -> bool:
+        """Stop renewing; True if the lease was lost. A cancellation of the task this lease
+        sent is taken back (only ours: one from elsewhere, a shutdown, stays pending)."""
+        if not self._stopped:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._beat is not None and not self._beat.done():
+                self._beat.cancel()
+            if self._cancelled and self._task is not None:
+                self._task.uncancel()
+        return self._lost

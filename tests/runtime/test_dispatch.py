@@ -115,6 +115,52 @@ async def test_a_handler_that_loses_its_lease_is_cancelled(db: Database) -> None
     assert cancelled.is_set() and dispatcher.stats.lost_lease == 1
 
 
+async def test_a_lost_lease_leaves_the_calling_task_running(db: Database) -> None:
+    """The handler runs in its caller's task (a slot of the intake, a consumer): the lease's
+    cancellation is taken back once the handler stopped, so the caller goes on uncancelled."""
+    run_id = await setup_run(db)
+    started = asyncio.Event()
+
+    async def slow(ctx: StepContext) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": slow}, owner="old",
+                                lease=timedelta(milliseconds=300))
+
+    async def caller() -> int:
+        await dispatcher.handle_wakeup(wake(run_id))
+        await asyncio.sleep(0)  # a pending cancellation would land here
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    work = asyncio.create_task(caller())
+    await asyncio.wait_for(started.wait(), timeout=5)
+    async with db.transaction() as conn:
+        assert await steps.claim_step(conn, "acme", run_id, "metrics", owner="new", lease=timedelta(hours=1),
+                                      now=datetime(2026, 4, 29, 11, 0, tzinfo=UTC)) is not None
+    assert await asyncio.wait_for(work, timeout=5) == 0
+    assert dispatcher.stats.lost_lease == 1
+
+
+async def test_a_shutdown_still_cancels_a_running_handler(db: Database) -> None:
+    run_id = await setup_run(db)
+    started = asyncio.Event()
+
+    async def slow(ctx: StepContext) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": slow}, owner="w")
+    work = asyncio.create_task(dispatcher.handle_wakeup(wake(run_id)))
+    await asyncio.wait_for(started.wait(), timeout=5)
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(work, timeout=5)
+    assert dispatcher.stats.lost_lease == 0
+
+
 def counting_transactions(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the write transactions ``db`` begins from now on (one element per transaction)."""
     begun: list[int] = []
