@@ -27,9 +27,17 @@ def label_value(alert: AlertEvent, name: str) -> str:
     Sources normalize ``service``, ``environment`` and ``severity`` from several label
     spellings (and source defaults), so grouping on them reads the normalized values.
     """
-    fields = {"alertname": alert.name, "service": alert.service, "environment": alert.environment,
-              "severity": alert.severity.value}
-    return fields.get(name) or alert.labels.get(name, "")
+    if name == "alertname":
+        value: str | None = alert.name
+    elif name == "service":
+        value = alert.service
+    elif name == "environment":
+        value = alert.environment
+    elif name == "severity":
+        value = alert.severity.value
+    else:  # a plain label: no dict of the four built per call (the edge asks this per alert)
+        return alert.labels.get(name, "")
+    return value or alert.labels.get(name, "")
 
 
 def group_labels(alert: AlertEvent, group_by: Sequence[str]) -> dict[str, str]:

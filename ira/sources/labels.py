@@ -37,7 +37,11 @@ def severity_of(value: str | None) -> Severity:
 
 def first_label(labels: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     """The first non-empty value among ``names``, in that order of preference."""
-    return next((labels[name] for name in names if labels.get(name)), None)
+    for name in names:  # a loop, not next(genexpr): asked twice per alert, the generator cost more than the lookups
+        value = labels.get(name)
+        if value:
+            return value
+    return None
 
 
 def environment_of(labels: Mapping[str, str], default: str | None) -> str | None:
