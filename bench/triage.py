@@ -161,16 +161,18 @@ async def drain(rig: Rig, db: Database) -> dict:
     timing = Timing()
     runner = _runner(rig, db, environment=environment, timing=timing)
     stop = asyncio.Event()
+    cpu = time.process_time()  # this process's CPU (consumer + triage; the broker is another process)
     task = asyncio.create_task(runner.run(stop))
     deadline = time.perf_counter() + 120 + args.ops / 100
     while _done(runner) < args.ops and time.perf_counter() < deadline and not task.done():
         await asyncio.sleep(0.05)
+    cpu = time.process_time() - cpu
     stop.set()
     await asyncio.wait_for(task, 60)
     if _done(runner) < args.ops or timing.first is None or timing.last is None:
         raise RuntimeError(f"only {_done(runner)} of {args.ops} applied: {runner.stats}")
     return {"events": args.ops, "events_per_s": timing.rate(args.ops),
-            "retries": runner.stats.retries}
+            "cpu_ms_per_event": round(cpu * 1000 / args.ops, 3), "retries": runner.stats.retries}
 
 
 FOLLOW_UP_INCIDENTS = 10

@@ -17,6 +17,7 @@ this transaction).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.alert import AlertEvent, ChangeEvent, Evaluation
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
-from ira.core.model import Model
 from ira.runtime.store.outbox import enqueue
 from ira.triage import store, subscription_store
 from ira.triage.coalesce import Subscription, is_due, sent
@@ -40,7 +40,8 @@ IncidentRef = tuple[str, str]
 RunRef = subscription_store.RunRef
 
 
-class View(Model):
+@dataclass(frozen=True, slots=True)
+class View:
     """An alert's group as its decision sees it: this batch's changes over the database's state."""
 
     incident: IncidentRecord | None
@@ -74,17 +75,24 @@ class Pending:
         self._changes: list[dict[str, Any]] = []
         self._last_at: datetime | None = None
         self._noise: dict[GroupRef, NoiseVerdict | None] = {}
-        self._reads: dict[tuple[str, str], tuple[AlertEvent, str, Lookup]] = {}
-        """What :meth:`read` was given, by (tenant_id, event_id): the alert, its group key, the database's answer."""
+        self._reads: dict[tuple[str, str], tuple[AlertEvent, str, dict[str, str], Lookup]] = {}
+        """What :meth:`read` was given, by (tenant_id, event_id): the alert, its group key and
+        labels, the database's answer."""
         self._subs: dict[RunRef, Subscription | None] = {}
         """Each known run's subscription as this batch left it (None: the database holds none)."""
         self._sub_versions: dict[RunRef, int] = {}
         """The version read per stored subscription: the compare-and-set's expectation."""
         self._subs_changed: set[RunRef] = set()
 
-    def read(self, alert: AlertEvent, group_key: str, lookup: Lookup) -> None:
-        """Keep what the database said about ``alert`` before this batch changed anything."""
-        self._reads[(alert.tenant_id, alert.event_id)] = (alert, group_key, lookup)
+    def read(self, alert: AlertEvent, group_key: str, labels: dict[str, str], lookup: Lookup) -> None:
+        """Keep what the database said about ``alert`` before this batch changed anything (and
+        the group ``start`` computed for it: the decision does not compute it again)."""
+        self._reads[(alert.tenant_id, alert.event_id)] = (alert, group_key, labels, lookup)
+
+    def group(self, alert: AlertEvent) -> tuple[str, dict[str, str]] | None:
+        """The group key and labels :meth:`read` was given for ``alert`` (the same object)."""
+        found = self._reads.get((alert.tenant_id, alert.event_id))
+        return (found[1], found[2]) if found is not None and found[0] is alert else None
 
     def alert(self, envelope: Envelope) -> AlertEvent | None:
         """The alert :meth:`read` parsed from ``envelope`` (saves parsing it twice)."""
@@ -96,7 +104,7 @@ class Pending:
         without asking: read up front, or the group's incident is one this batch opened."""
         found = self._reads.get((alert.tenant_id, alert.event_id))
         if found is not None and found[1] == group_key:
-            return found[2]
+            return found[3]
         return self.known(alert, group_key)
 
     def known(self, alert: AlertEvent, group_key: str) -> Lookup | None:

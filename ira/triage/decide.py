@@ -27,6 +27,7 @@ only link the alert, or nothing) is decided separately by :func:`incident_effect
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
@@ -66,14 +67,20 @@ class Effect(StrEnum):
     """Changes the open incident: its version moves."""
 
 
-class AlertState(Model):
-    """The incident's last recorded state of one alert (by fingerprint)."""
+@dataclass(frozen=True, slots=True)
+class AlertState:
+    """The incident's last recorded state of one alert (by fingerprint).
+
+    This and :class:`IncidentState` and :class:`Case` are plain dataclasses, not models: they
+    never cross a boundary (built by triage from an alert and records already validated), and a
+    model's validation per event was a measurable share of triage's CPU per alert."""
 
     status: AlertStatus
-    at: AwareDatetime
+    at: datetime
 
 
-class IncidentState(Model):
+@dataclass(frozen=True, slots=True)
+class IncidentState:
     """The open incident of the alert's group key, as read in the deciding transaction."""
 
     incident_id: str
@@ -112,15 +119,16 @@ class Policy(Model):
     """Follow-up flips within the window that make the group flapping (``triage.noise.flapping_transitions``)."""
 
 
-class Case(Model):
+@dataclass(frozen=True, slots=True)
+class Case:
     """Everything one decision may look at."""
 
     status: AlertStatus
     severity: Severity
-    state_at: AwareDatetime
-    now: AwareDatetime
+    state_at: datetime
+    now: datetime
     incident: IncidentState | None = None
-    last_run_at: AwareDatetime | None = None
+    last_run_at: datetime | None = None
     """When the group key last asked for a run (the cooldown's anchor), from SQL."""
     silence_id: str | None = None
     noise: NoiseVerdict | None = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,8 +66,10 @@ class IncidentRecord(Model):
     run_evaluation_id: str | None = None
 
 
-class Lookup(Model):
-    """What one read says about an alert's group and identity (before this batch's changes)."""
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What one read says about an alert's group and identity (before this batch's changes).
+    A dataclass: built per event from rows this module read (the incident is validated)."""
 
     incident: IncidentRecord | None
     alert: AlertState | None
@@ -95,7 +98,8 @@ def conflicts_as_retries() -> Iterator[None]:
 _KEY_FIELDS = ("tenant_id", "group_key", "fingerprint", "source_id", "source_event_id")
 
 
-class LookupKey(Model):
+@dataclass(frozen=True, slots=True)
+class LookupKey:
     """What one event's read is about: its group and its alert's identity."""
 
     tenant_id: str
@@ -230,12 +234,19 @@ def aware(value: Any) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _lookup(row: Row[Any]) -> Lookup:
+def _lookup(row: Row[Any], records: dict[tuple[str, str], IncidentRecord]) -> Lookup:
+    """One key's answer; ``records`` holds the incidents this read validated already (a group's
+    alerts share their incident's row: validated once per read, not once per alert)."""
     fields = row._mapping
     incident = None
     if fields["incident_id"] is not None:
-        incident = IncidentRecord.model_validate({c.name: fields[c.name] for c in incidents.c})
-    alert = AlertState(status=fields["alert_status"], at=aware(fields["alert_at"])) if fields["alert_status"] else None
+        ref = (fields["tenant_id"], fields["incident_id"])
+        incident = records.get(ref)
+        if incident is None:
+            incident = records[ref] = IncidentRecord.model_validate({c.name: fields[c.name] for c in incidents.c})
+    alert, alert_at = None, aware(fields["alert_at"])
+    if fields["alert_status"] and alert_at is not None:  # the alert's state and its time, from one row
+        alert = AlertState(status=AlertStatus(fields["alert_status"]), at=alert_at)
     return Lookup(incident=incident, alert=alert, active_run_id=fields["active_run_id"],
                   first_event_id=fields["first_event_id"], first_incident_id=fields["first_incident_id"],
                   group_last_run_at=aware(fields["group_last_run_at"]))
@@ -256,7 +267,8 @@ async def look_up(conn: AsyncConnection, keys: Sequence[LookupKey]) -> list[Look
         await conn.execute(_PLAN_PER_BATCH)
     params = _key_params(conn.dialect.name, keys)
     rows = {row.idx: row for row in await conn.execute(_sql(conn).look_up, params)}
-    return [_lookup(rows[i]) for i in range(len(keys))]
+    records: dict[tuple[str, str], IncidentRecord] = {}
+    return [_lookup(rows[i], records) for i in range(len(keys))]
 
 
 async def insert_incidents(conn: AsyncConnection, records: Sequence[IncidentRecord]) -> None:

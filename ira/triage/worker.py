@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -37,7 +38,6 @@ from ira.core.envelope import Envelope, topic_name
 from ira.core.errors import InvalidMessageError, TransientError
 from ira.core.grouping import group_key, group_labels
 from ira.core.ids import new_id
-from ira.core.model import Model
 from ira.runtime.bus.record import RecordMeta
 from ira.runtime.pause import pause
 from ira.runtime.settings.triage import TriageSettings
@@ -112,7 +112,7 @@ class TriageHandler:
         (the consumer calls it before the first record): a statement per event would make the
         database's round trip and planning, not the decisions, the limit of triage's rate."""
         pending = self._batches.setdefault(conn, Pending())
-        alerts: list[tuple[AlertEvent, str]] = []
+        alerts: list[tuple[AlertEvent, str, dict[str, str]]] = []
         for envelope in envelopes:
             if envelope.type != ALERT_MESSAGE:
                 continue
@@ -120,15 +120,16 @@ class TriageHandler:
                 alert = parse_payload(AlertEvent, envelope)
             except InvalidMessageError:
                 continue  # refused by __call__ in its turn
-            alerts.append((alert, group_key(self._labels(alert))))
+            labels = self._labels(alert)
+            alerts.append((alert, group_key(labels), labels))
         with store.conflicts_as_retries():
-            lookups = await store.look_up(conn, [LookupKey.of(alert, key) for alert, key in alerts])
-        for (alert, key), lookup in zip(alerts, lookups, strict=True):
-            pending.read(alert, key, lookup)
-        groups = [(alert.tenant_id, key) for alert, key in alerts]
+            lookups = await store.look_up(conn, [LookupKey.of(alert, key) for alert, key, _ in alerts])
+        for (alert, key, labels), lookup in zip(alerts, lookups, strict=True):
+            pending.read(alert, key, labels, lookup)
+        groups = [(alert.tenant_id, key) for alert, key, _ in alerts]
         for group, verdict in (await self._noise.verdicts(groups)).items():  # one Redis read, not one per group
             pending.remember_noise(group, verdict)
-        runs = {(alert.tenant_id, lookup.active_run_id) for (alert, _), lookup in zip(alerts, lookups, strict=True)
+        runs = {(alert.tenant_id, lookup.active_run_id) for (alert, _, _), lookup in zip(alerts, lookups, strict=True)
                 if lookup.active_run_id}
         with store.conflicts_as_retries():
             pending.remember_subscriptions(runs, await subscription_store.read(conn, sorted(runs)))
@@ -180,8 +181,12 @@ class TriageHandler:
 
     async def _group(self, conn: AsyncConnection, pending: Pending, alert: AlertEvent) -> Grouped:
         now = self._clock.now()
-        labels = self._labels(alert)
-        key = group_key(labels)
+        found = pending.group(alert)  # computed by start() for the alert it parsed
+        if found is not None:
+            key, labels = found
+        else:
+            labels = self._labels(alert)
+            key = group_key(labels)
         lookup = pending.lookup(alert, key)
         if lookup is None:  # not read by start(): a record applied on its own, or a caller without a consumer
             lookup = (await store.look_up(conn, [LookupKey.of(alert, key)]))[0]
@@ -207,7 +212,7 @@ class TriageHandler:
                     incident=incident, last_run_at=view.last_run_at, silence_id=silence.id if silence else None,
                     flips=self._follow_ups.flips(sub, alert, view, now=grouped.now) if sub is not None else None)
         if needs_noise(case):
-            case = case.model_copy(update={"noise": await self._verdict(pending, alert.tenant_id, grouped.group_key)})
+            case = replace(case, noise=await self._verdict(pending, alert.tenant_id, grouped.group_key))
         return case
 
     async def _verdict(self, pending: Pending, tenant_id: str, key: str) -> NoiseVerdict | None:
@@ -265,8 +270,9 @@ class TriageHandler:
                              key=f"{alert.tenant_id}:{record.incident_id}", envelope=envelope, awaits=route.inbox)
 
 
-class Grouped(Model):
-    """An alert with its group and the group as this batch sees it."""
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """An alert with its group and the group as this batch sees it (internal: a dataclass)."""
 
     alert: AlertEvent
     group_key: str
