@@ -149,3 +149,46 @@ async def test_a_connection_whose_first_statement_is_fast_commits_when_told(smal
     # Then the commit committed it, as SQLAlchemy's autobegin would have
     assert isinstance(result, FastResult)
     assert await _visible(small_db) == 2
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("turns", [*range(8), None])
+async def test_a_reader_cancelled_anywhere_leaves_no_autocommit_behind(
+        small_db: Database, turns: int | None, fast: bool) -> None:
+    # Given a prebuilt read statement (on the fast path once seen) and SQLAlchemy's path (text)
+    statement = _SLEEP if fast else text("SELECT pg_sleep(:seconds)")
+    for _ in range(2):
+        async with small_db.reader() as conn:
+            await conn.execute(statement, {"seconds": 0})
+
+    between = asyncio.Event()
+
+    async def read() -> None:
+        async with small_db.reader() as conn:
+            await conn.execute(statement, {"seconds": 0})
+            await conn.execute(statement, {"seconds": 0.01})
+            between.set()
+            await asyncio.Event().wait()  # the reader's owner awaits something else, until cancelled
+
+    # When a reader is cancelled after ``turns`` turns of the loop (checkout, a statement in
+    # flight, or between its statements: the connection is not invalidated then)
+    task = asyncio.create_task(read())
+    if turns is None:
+        await asyncio.wait_for(between.wait(), timeout=10)
+    for _ in range(turns or 0):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(BaseException):  # noqa: B017, PT011
+        await task
+
+    # Then the next write transactions on the pool are all or nothing: a connection handed back
+    # in autocommit would have committed each "half" row on its own (seen with the restore of
+    # ``reading_without_transaction`` moved out of its ``finally``: cancelled between statements)
+    for i in range(2):
+        with pytest.raises(RuntimeError):
+            async with small_db.transaction() as conn:
+                await conn.execute(_INSERT, {"id": i, "state": "half"})
+                raise RuntimeError("abandoned")
+        async with small_db.transaction() as conn:
+            await conn.execute(_INSERT, {"id": 10 + i, "state": "whole"})
+    assert await _visible(small_db) == 2
