@@ -192,3 +192,39 @@ async def test_a_reader_cancelled_anywhere_leaves_no_autocommit_behind(
         async with small_db.transaction() as conn:
             await conn.execute(_INSERT, {"id": 10 + i, "state": "whole"})
     assert await _visible(small_db) == 2
+
+
+async def test_a_statement_cancelled_while_it_waits_for_a_lock_stops_on_the_server(small_db: Database) -> None:
+    # Given a prebuilt UPDATE already on the fast path, and another session holding its row's lock
+    async with small_db.transaction() as conn:
+        await conn.execute(_INSERT, {"id": 1, "state": "new"})
+    for _ in range(2):
+        async with small_db.transaction() as conn:
+            await conn.execute(_MOVE, {"sources": ["new"], "new_state": "new"})
+    holder = await asyncpg.connect(postgres_test_url(), server_settings={"search_path": _SCHEMAS[small_db]})
+    try:
+        locked = holder.transaction()
+        await locked.start()
+        await holder.execute("SELECT * FROM probe WHERE id = 1 FOR UPDATE")
+
+        async def move() -> None:
+            async with small_db.transaction() as conn:
+                await conn.execute(_MOVE, {"sources": ["new"], "new_state": "moved"})
+
+        # When a task whose UPDATE waits for that lock is cancelled
+        task = asyncio.create_task(move())
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        deadline = asyncio.get_running_loop().time() + 10
+        while await holder.fetchval(waiting) == 0:
+            assert asyncio.get_running_loop().time() < deadline, "the UPDATE never waited"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(BaseException):  # noqa: B017, PT011
+            await task
+
+        # Then its statement no longer waits on the server (as SQLAlchemy's path, which cancels
+        # it before closing): a terminated socket alone left it queued for the lock until the
+        # holder ended, then run and rolled back, a dead client's statement holding its place
+        assert await holder.fetchval(waiting) == 0
+    finally:
+        await holder.close()

@@ -32,6 +32,7 @@ translated by the adapter and wrapped as ``DBAPIError.instance`` does (``Integri
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from sqlalchemy import exc
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.engine import Dialect
@@ -232,9 +234,9 @@ class FastConnection(AsyncConnection):
                 if adapted._transaction is None:
                     try:
                         await adapted._start_transaction()
-                    except BaseException:
+                    except Exception:
                         # asyncpg may be left with a failed top-level transaction while the server
-                        # began one: never hand this connection out again
+                        # began one: never hand this connection out again (a cancellation: below)
                         self._abandon(adapted)
                         raise
                 if many:
@@ -248,8 +250,22 @@ class FastConnection(AsyncConnection):
         except Exception as error:
             raise self._translated(adapted, sql, bound, error) from error
         except BaseException:
-            self._abandon(adapted)  # cancelled mid-statement: as SQLAlchemy does, the connection goes
+            await self._close_cancelled(adapted)  # cancelled mid-statement: the connection goes
             raise
+
+    async def _close_cancelled(self, adapted: AsyncAdapt_asyncpg_connection) -> None:
+        """Close a connection whose statement (or BEGIN) was interrupted as SQLAlchemy's adapter
+        closes one it invalidates (``_terminate_graceful_close``): asyncpg's ``close`` first has
+        the server cancel the statement in flight, then ends the session, within 2 s; the socket
+        is cut if that fails or a second cancellation comes. Cutting it at once left a statement
+        waiting for a lock queued on the server, a dead client's, until the lock's holder ended."""
+        connection = adapted._connection
+        try:
+            await asyncio.shield(connection.close(timeout=2))
+        except (TimeoutError, asyncio.CancelledError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            connection.terminate()  # the caller raises what interrupted the statement
+        finally:
+            self._abandon(adapted)
 
     def _translated(self, adapted: AsyncAdapt_asyncpg_connection, sql: str, bound: Any,
                     error: Exception) -> Exception:
