@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, func, insert, select, text, update
 
 from ira.runtime.store.database import Database
-from ira.runtime.store.pg_fast import FastResult
+from ira.runtime.store.plans import FastResult
 from tests.store_fixtures import _create_schema, _drop_schema, postgres_test_url
 
 pytestmark = pytest.mark.postgres

@@ -1,0 +1,198 @@
+"""A store statement compiled once into a plan the database driver can run directly.
+
+``sqlite_fast`` (SQLite, on ``sqlite3``) and ``pg_fast`` (PostgreSQL, on asyncpg's prepared
+statements) skip SQLAlchemy's execution path for the statements the store builds once, at
+import. What they share lives here: compiling a statement object for one set of parameter
+names (and lengths of its ``IN`` lists) into its positional SQL, where each parameter's value
+comes from with its type's bind processor, and its result columns' keys and processors; the
+bounded per-process cache of those plans; and building one execution's parameter tuple.
+
+A statement seen for the first time gets no plan (one built per call would only fill the cache);
+a statement that cannot be planned is remembered as such and keeps SQLAlchemy's path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
+from sqlalchemy.sql.compiler import SQLCompiler
+
+SEEN_ONCE = 256
+"""Statement objects remembered after their first execution (strong references, bounded)."""
+PLANS = 1024
+"""Compiled plans kept, (statement, parameter names, executemany, IN-list lengths) -> plan."""
+
+Value = tuple[int, Any, Callable[[Any], Any] | None]
+"""Where a positional parameter comes from: (0, key) the caller's parameters, (1, value) the
+statement's own bound value, (2, callable) a value computed per execution, (3, (key, i)) item
+``i`` of the caller's list ``key`` (an ``IN`` list); and its processor."""
+
+NO_COLUMNS = SimpleResultMetaData([])
+"""The metadata of a result without columns (an UPDATE's): shared, as a plan's own is."""
+
+
+class FastResult(IteratorResult[Any]):
+    """A buffered result with the ``rowcount`` the store's compare-and-set reads."""
+
+    rowcount: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One statement with one set of parameter names and list lengths, ready for the driver."""
+
+    statement: Any
+    sql: str
+    values: tuple[Value, ...]
+    metadata: SimpleResultMetaData | None
+
+    def row(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional parameters of one execution with ``params``."""
+        out = []
+        for kind, source, processor in self.values:
+            if kind == 0:
+                value = params[source]
+            elif kind == 1:
+                value = source
+            elif kind == 2:
+                value = source()
+            else:
+                value = params[source[0]][source[1]]
+            out.append(processor(value) if processor is not None else value)
+        return tuple(out)
+
+
+def call_parameters(parameters: Any) -> tuple[Any, frozenset[str]] | None:
+    """``execute``'s parameters as a mapping, or a list of mappings with the same names for
+    executemany, and those names; None for anything else (SQLAlchemy's path)."""
+    params: Any
+    if parameters is None or isinstance(parameters, Mapping):
+        params = parameters or {}
+    elif isinstance(parameters, Sequence) and parameters and all(isinstance(p, Mapping) for p in parameters):
+        params = list(parameters) if len(parameters) > 1 else parameters[0]
+    else:
+        return None
+    many = isinstance(params, list)
+    keys = frozenset(params[0] if many else params)
+    if many and any(frozenset(p) != keys for p in params):
+        return None
+    return params, keys
+
+
+def _source(compiled: SQLCompiler, name: str, keys: frozenset[str]) -> Value | None:
+    """How the positional parameter ``name`` is filled (see ``SQLCompiler.construct_params``)."""
+    unescaped = {compiled.escaped_bind_names.get(n, n): n for n in compiled.bind_names.values()}.get(name, name)
+    bindparam = next((b for b, n in compiled.bind_names.items() if n == unescaped), None)
+    if bindparam is None or bindparam.type._is_tuple_type or bindparam.expanding:
+        return None
+    processor = bindparam.type._cached_bind_processor(compiled.dialect)
+    if bindparam.key in keys:
+        return (0, bindparam.key, processor)
+    if unescaped in keys:
+        return (0, unescaped, processor)
+    if bindparam.required:
+        return None  # SQLAlchemy's path raises its own error
+    if bindparam.callable:
+        return (2, bindparam.callable, processor)
+    return (1, bindparam.value, processor)
+
+
+def _expanded(compiled: SQLCompiler, lists: tuple[str, ...], params: Mapping[str, Any]
+              ) -> tuple[str, list[str], dict[str, Value]] | None:
+    """``IN`` lists rendered for ``params``' lengths of the caller's lists, as SQLAlchemy renders
+    them per execution (placeholder values stand in for the caller's: only their number shapes
+    the SQL), and lists the statement holds itself: the SQL, the positional names, and where
+    each item's value comes from."""
+    if any(b.callable for b in compiled.post_compile_params):
+        return None
+    placeholders: dict[str, Any] = {key: [None] * len(params[key]) for key in lists}
+    expanded = compiled._process_parameters_for_postcompile(compiled.construct_params(placeholders, _check=False))
+    names, fixed = list(expanded.positiontup or ()), dict[str, Value]()
+    for base, items in expanded.parameter_expansion.items():
+        bind = next((b for b, n in compiled.bind_names.items() if n == base), None)
+        if bind is None:
+            return None
+        for i, item in enumerate(items):
+            processor = expanded.processors.get(item)
+            # the caller's list, item i; or a list the statement itself holds
+            fixed[item] = (3, (bind.key, i), processor) if bind.key in placeholders \
+                else (1, expanded.parameters[item], processor)  # type: ignore[assignment]
+    own = set(compiled.positiontup or ())
+    if any(n not in own and n not in fixed for n in names):
+        return None
+    return expanded.statement, names, fixed
+
+
+def _compile(statement: Any, dialect: Dialect, keys: frozenset[str], params: Mapping[str, Any], many: bool,
+             caller_lists: bool) -> tuple[tuple[str, ...], Plan | None]:
+    """The caller's ``IN`` lists of ``statement`` (parameters named ``keys``), and its plan for
+    ``params``' lengths of them, or None: SQLAlchemy's path. A caller's list takes that path
+    unless ``caller_lists``; where it does not, executemany of a statement with any list does."""
+    compiled = statement.compile(dialect=dialect, column_keys=sorted(keys), for_executemany=many)
+    if not isinstance(compiled, SQLCompiler) or not compiled.positional or compiled.positiontup is None:
+        return (), None
+    lists = tuple(sorted(b.key for b in compiled.post_compile_params if b.key in keys))
+    if lists and not caller_lists:
+        return (), None  # one remembered answer whatever the lists' lengths
+    unsupported = compiled.literal_execute_params or compiled.insert_prefetch or compiled.update_prefetch or (
+        many and (compiled.effective_returning or compiled._insertmanyvalues is not None
+                  or (caller_lists and compiled.post_compile_params)))
+    if unsupported:
+        return lists, None
+    sql, names, fixed = compiled.string, list(compiled.positiontup), dict[str, Value]()
+    if compiled.post_compile_params:
+        found = _expanded(compiled, lists, params)
+        if found is None:
+            return lists, None
+        sql, names, fixed = found
+    values = tuple(fixed.get(name) or _source(compiled, name, keys) for name in names)
+    if any(v is None for v in values):
+        return lists, None
+    metadata = None
+    if compiled._result_columns:
+        columns = compiled._result_columns
+        metadata = SimpleResultMetaData(
+            [c.keyname for c in columns], extra=[c.objects for c in columns],
+            _processors=[c.type._cached_result_processor(dialect, None) for c in columns])
+    return lists, Plan(statement=statement, sql=sql, values=values, metadata=metadata)  # type: ignore[arg-type]
+
+
+class Plans:
+    """Per process and driver: statement objects seen once, the ``IN`` lists of those seen
+    again, and their plans per length of those lists (None: the statement keeps SQLAlchemy's
+    path, remembered so it is not compiled again). ``caller_lists``: whether a list the caller
+    passes is planned per length (PostgreSQL) or left to SQLAlchemy (SQLite)."""
+
+    def __init__(self, *, caller_lists: bool) -> None:
+        self.caller_lists = caller_lists
+        self.seen: OrderedDict[int, Any] = OrderedDict()
+        self.lists: OrderedDict[tuple[int, frozenset[str], bool], tuple[Any, tuple[str, ...]]] = OrderedDict()
+        self.plans: OrderedDict[tuple[Any, ...], tuple[Any, Plan | None]] = OrderedDict()
+
+    def plan(self, statement: Any, dialect: Dialect, keys: frozenset[str], params: Mapping[str, Any],
+             many: bool) -> Plan | None:
+        shape = (id(statement), keys, many)
+        lists = self.lists.get(shape)
+        if lists is not None and lists[0] is statement:
+            key = (*shape, tuple(len(params[k]) for k in lists[1]))
+            known = self.plans.get(key)
+            if known is not None and known[0] is statement:
+                return known[1]
+        elif self.seen.get(id(statement)) is not statement:
+            self.seen[id(statement)] = statement
+            if len(self.seen) > SEEN_ONCE:
+                self.seen.popitem(last=False)
+            return None
+        names, plan = _compile(statement, dialect, keys, params, many, self.caller_lists)
+        self.lists[shape] = (statement, names)
+        if len(self.lists) > PLANS:
+            self.lists.popitem(last=False)
+        self.plans[(*shape, tuple(len(params[k]) for k in names))] = (statement, plan)
+        if len(self.plans) > PLANS:
+            self.plans.popitem(last=False)
+        return plan
