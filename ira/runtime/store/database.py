@@ -10,6 +10,7 @@ locks and conditional UPDATEs give the compare-and-set semantics directly.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
@@ -174,6 +176,16 @@ def _tell_abandoned(written: _Written) -> None:
             log.exception("a commit listener failed")
 
 
+def json_dumps(value: Any) -> str:
+    """A JSON column's value as text, through orjson: the standard library's ``json.dumps`` cost
+    ~4.5 us per value, and triage writes two per alert (the alert's payload, the evaluation's
+    basis). A value orjson refuses (an int past 64 bits, a non-string key) takes json's way."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 class Database:
     """The store's connection to SQLite or PostgreSQL."""
 
@@ -188,7 +200,7 @@ class Database:
     def create(cls, url: str, *, schema: str | None = None, pool_size: int = 10) -> Database:
         """Build (not connect) a database handle; ``schema`` isolates PostgreSQL tests."""
         url = normalize_url(url)
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"json_serializer": json_dumps}
         if url.startswith("sqlite"):
             database = make_url(url).database
             if database and database != ":memory:":
