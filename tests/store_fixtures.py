@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,10 +40,36 @@ async def _create_schema(url: str, schema: str) -> None:
         await conn.close()
 
 
+DROP_LOCK_TIMEOUT = "10s"
+"""How long a test's teardown waits for locks in its schema before it ends their holders."""
+
+_HOLDERS = """
+    SELECT DISTINCT a.pid, a.state, left(a.query, 200) AS query
+    FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()
+"""
+
+
 async def _drop_schema(url: str, schema: str) -> None:
+    """Drop a test's schema. Its test has closed its pool; a server backend still holding a lock
+    in the schema (a client that went away mid-statement is noticed by the server only when it
+    next uses the socket) would make the DROP wait forever, a hang past pytest's timeout that
+    shows only an idle event loop. Wait ``DROP_LOCK_TIMEOUT``, then warn with what held the
+    locks, end those backends and drop again."""
     conn = await asyncpg.connect(url, timeout=3)
     try:
-        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await conn.execute(f"SET lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+        try:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        except asyncpg.LockNotAvailableError:
+            holders = await conn.fetch(_HOLDERS, schema)
+            warnings.warn(f"schema {schema}: backends still held locks at teardown, ended: "
+                          f"{[dict(h) for h in holders]}", stacklevel=1)
+            for holder in holders:
+                await conn.execute("SELECT pg_terminate_backend($1)", holder["pid"])
+            await conn.execute("SET lock_timeout = 0")
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     finally:
         await conn.close()
 

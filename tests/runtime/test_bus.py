@@ -15,7 +15,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from opentelemetry import trace
@@ -54,7 +53,7 @@ from ira.runtime.store.schema import inbox
 from ira.runtime.telemetry import setup_tracing
 from tests.eventually import eventually
 from tests.kafka_fixtures import unique_environment
-from tests.store_fixtures import open_database, postgres_test_url
+from tests.store_fixtures import _drop_schema, open_database, postgres_test_url
 
 KEY = "acme:fp-1"
 CONSUMER = "bus-test"
@@ -80,9 +79,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
     yield database
     await database.close()
     if schema:
-        conn = await asyncpg.connect(postgres_test_url())
-        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await conn.close()
+        await _drop_schema(postgres_test_url(), schema)
 
 
 @pytest.fixture
