@@ -15,6 +15,7 @@ from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
 from ira.runtime.store.schema import runs, tasks
 from tests.contracts.test_store import T0
+from tests.sqlite_steps import counting_vm_steps
 
 
 def _run(i: int, *, state: RunState = RunState.COMPLETED, incident: str | None = None) -> dict[str, object]:
@@ -35,22 +36,12 @@ async def test_a_decisions_lookup_reads_its_runs_not_the_tenants_history(tmp_pat
         await conn.execute(insert(tasks), [{"tenant_id": "t", "task_id": r["task_id"], "kind": "incident",
                                             "subject_ref": "x", "created_at": T0} for r in rows])
         await conn.execute(insert(runs), rows)
-    steps = 0
-
-    def step() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
     # When a decision with a used key and one for that incident look their runs up
-    async with db.transaction() as conn:
-        raw = (await conn.get_raw_connection()).dbapi_connection._connection._conn  # type: ignore[union-attr]
-        raw.set_progress_handler(step, 100)
+    async with db.transaction() as conn, counting_vm_steps(conn) as steps:
         keyed = await _existing(conn, "t", "evl00007", "inc-new")
         open_one = await _existing(conn, "t", "evl-new", "inc-x")
-        raw.set_progress_handler(None, 0)
     await db.close()
     # Then each finds what it asks for without walking the 3,000 (that walk was ~42,000 VM instructions)
     assert keyed[0] is not None and keyed[0].run_id == "run00007" and keyed[1] is None
     assert open_one[0] is None and open_one[1] is not None and open_one[1].run_id == "run03001"
-    assert steps < 20, steps
+    assert steps.hundreds < 20, steps
