@@ -30,6 +30,7 @@ from ira.core.events import RunEventType
 from ira.core.run import Claim, Run, Step
 from ira.core.states import StepState
 from ira.runtime import runtrace
+from ira.runtime.fault import FaultPoints
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
@@ -70,6 +71,8 @@ class StepDispatcher:
     stats: DispatchStats = field(default_factory=DispatchStats)
     on_claim: Callable[[str], None] = lambda _result: None
     """Told "won", "lost" (someone else holds it, or it is finished) or "lease_lost" (telemetry)."""
+    faults: FaultPoints = field(default_factory=FaultPoints)
+    """Armed fault points (tests): ``intake.after_claimed_insert`` (``ira.runtime.intake``)."""
 
     async def handle_wakeup(self, envelope: Envelope) -> None:
         """Claim the woken step if it is ours and free; run it; never raise for a lost race."""

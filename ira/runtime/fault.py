@@ -25,6 +25,9 @@ constant that names a point sits beside its ``hit``):
   COMPLETED (C6) with its delivery outbox is committed / any delivery is attempted.
 * ``worker.before_ready`` (``ira.runtime.process.WORKER_BEFORE_READY``): an ``ira worker``
   opened its platform / it is ready (``ira dev`` must then stop, not restart it forever).
+* ``intake.after_claimed_insert`` (``ira.runtime.intake.AFTER_CLAIMED_INSERT``): a commit that
+  inserted steps already claimed by this process (a new run's branches, ``store.claimed_inserts``)
+  committed / their handlers start: the steps are RUNNING under a lease nobody renews.
 * ``delivery.after_send`` (``ira.notifier.worker.AFTER_SEND``): the channel answered /
   the receipt is stored.
 

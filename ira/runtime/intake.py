@@ -9,8 +9,12 @@ pays the store, not the relay's poll and a broker round trip. The eager door nev
 Taken in the transaction (``take``, ``taken``): while the transaction writes the wake-up, a
 free slot is reserved for it, the step is claimed in that same transaction (one write
 transaction per step fewer: the commit that readies a step also hands it to its worker), and
-the outbox row is written *as sent*, so the relay never publishes it. Nothing else needs that
-copy, because it is a hint for a claim that is already decided when the commit stands:
+the outbox row is written *as sent*, so the relay never publishes it. A new run's READY steps
+are not even claimed: the run's transaction takes their wake-ups before it inserts them, and
+inserts the taken ones already claimed (``claimed_at_insert``: RUNNING, this process's lease,
+epoch 1, the attempt started), saving a claim UPDATE of a row it just wrote per step. Nothing
+else needs the wake-up's copy, because it is a hint for a claim that is already decided when
+the commit stands:
 
 * the step's only readers are the processes of its role, all racing for one claim. If the
   claim in the transaction won, the step is RUNNING under this process's lease: another
@@ -40,19 +44,23 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
+from ira.core.run import Claim, Run, Step
 from ira.runtime import runtrace
 from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.store.database import Database
 from ira.runtime.wakeup import STEP_READY
 
 log = logging.getLogger(__name__)
+AFTER_CLAIMED_INSERT = "intake.after_claimed_insert"
+"""Fault point: a commit that inserted steps claimed by this process (a run's start) committed /
+their handlers start (``ira.runtime.fault``)."""
 
 
 @dataclass
@@ -99,6 +107,8 @@ class StepIntake:
     """Wake-ups reserved a slot in a transaction that has not ended yet."""
     _claimed: dict[str, StepContext | None] = field(default_factory=dict)
     """Their claims, made in that transaction (None: the step was not free)."""
+    _inserted: set[str] = field(default_factory=set)
+    """Those of them whose steps were inserted claimed (:meth:`claimed_at_insert`)."""
     _closed: bool = False
 
     def handles(self, envelope: Envelope) -> bool:
@@ -144,12 +154,23 @@ class StepIntake:
         self._claimed[message.envelope.message_id] = await self.dispatcher.claim_in(
             conn, message.envelope, in_trace=True)
 
+    def lease_at_insert(self, message: OutboxMessage) -> datetime | None:
+        """A taken step a new run inserts READY goes in claimed by this process instead
+        (``store.database.ClaimsAtInsert``), leased as :meth:`taken`'s claim would be."""
+        return self.dispatcher.clock.now() + self.dispatcher.lease
+
+    def claimed_at_insert(self, message: OutboxMessage, claim: Claim, step: Step, run: Run) -> None:
+        """The taken step went in claimed: no claim, no read; its handler starts after the commit."""
+        self._claimed[message.envelope.message_id] = StepContext(claim=claim, step=step, run=run)
+        self._inserted.add(message.envelope.message_id)
+
     def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
         """The transaction that wrote these taken wake-ups did not commit: free their slots."""
         for message in messages:
             if message.envelope.message_id in self._taken:
                 self._taken.discard(message.envelope.message_id)
                 self._claimed.pop(message.envelope.message_id, None)
+                self._inserted.discard(message.envelope.message_id)
                 self._release_slot()
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None:
@@ -159,6 +180,9 @@ class StepIntake:
             if envelope.message_id in self._taken:
                 self._taken.discard(envelope.message_id)
                 claimed = self._claimed.pop(envelope.message_id, None)
+                if envelope.message_id in self._inserted:
+                    self._inserted.discard(envelope.message_id)
+                    self.dispatcher.faults.hit(AFTER_CLAIMED_INSERT)  # committed RUNNING, not started
                 if self._closed:  # drained meanwhile: the lease expires, the scanner wakes the step again
                     self._release_slot()
                     continue

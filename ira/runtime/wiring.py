@@ -86,7 +86,7 @@ def record_scan(metrics: Metrics, report: ScanReport, environment: str) -> None:
 def build_dispatcher(platform: Platform, role: str, handlers: Mapping[str, StepHandler]) -> StepDispatcher:
     claims = platform.metrics.claims
     return StepDispatcher(db=platform.db, clock=platform.clock, handlers=handlers, owner=worker_id(role),
-                          lease=platform.settings.runtime.step_lease,
+                          lease=platform.settings.runtime.step_lease, faults=FaultPoints(platform.settings.faults),
                           on_claim=lambda result: claims.labels(result=result).inc())
 
 

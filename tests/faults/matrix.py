@@ -57,6 +57,8 @@ CASES: tuple[Case, ...] = (
     Case("ticket-after-receipt", "SIGKILL after the receipt (with the step's DONE, one commit), before the next move",
          fault="ticket.after_receipt"),
     Case("ticket-after-finish", "SIGKILL after the step finished", fault="ticket.after_finish"),
+    Case("run-start-claimed", "SIGKILL after a run's start committed its branches claimed (RUNNING, leased), "
+         "before they run", fault="intake.after_claimed_insert"),
     Case("after-c6", "SIGKILL after C6 (run completed), before delivery", fault="run.after_complete"),
     Case("mid-delivery", "SIGKILL after the channel answered, before the receipt", fault="delivery.after_send"),
     Case("relay-after-publish", "SIGKILL after publish, before mark", fault="relay.after_publish"),

@@ -27,6 +27,7 @@ from ira.runtime.wakeup import step_wakeup
 from tests.contracts.test_store import T0, new_run
 from tests.eventually import eventually
 from tests.runtime.test_dispatch import counting_transactions, finish, step_state
+from tests.store_fixtures import statements
 
 
 def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asyncio.Event | None = None,
@@ -118,6 +119,34 @@ async def test_a_step_taken_in_its_transaction_produces_no_broker_record(db: Dat
         row = (await conn.execute(select(outbox.c.sent_at, outbox.c.claimed_by).where(
             outbox.c.message_id == wakeup.message_id))).one()
     assert row.sent_at is not None and row.claimed_by == "w1"
+    await intake.drain()
+
+
+async def test_a_new_runs_step_this_process_runs_is_inserted_claimed(db: Database) -> None:
+    # Given an intake taking this process's commits, its handler held at a gate
+    handled: list[str] = []
+    gate = asyncio.Event()
+    intake = intake_running(db, handled, gate=gate)
+    with intake.eager(db):
+        # When a transaction creates a run whose READY step this intake takes
+        with statements(db) as executed:
+            run_id, _ = await create_ready_run(db)
+        await eventually(lambda: handled == [run_id], timeout=10)
+        # Then the step went in claimed by this process, in its INSERT: no claim UPDATE, no
+        # read of the run, and the attempt started in the same transaction
+        assert not [s for s in executed if s.startswith("UPDATE steps") or s.startswith("SELECT runs")], executed
+        async with db.reader() as conn:
+            step = await steps.get_step(conn, "acme", run_id, "metrics")
+            started = (await conn.execute(select(attempts.c.owner, attempts.c.owner_epoch, attempts.c.ended_at)
+                                          .where(attempts.c.run_id == run_id))).all()
+        assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (
+            StepState.RUNNING, "w1", 1, T0 + intake.dispatcher.lease)
+        assert [tuple(r) for r in started] == [("w1", 1, None)]
+        # and the handler, holding that claim, finishes it
+        gate.set()
+        await eventually(lambda: not intake._running, timeout=10)
+    assert await step_state(db, run_id) == StepState.DONE
+    assert intake.dispatcher.stats.claimed == 1 and intake.stats.unpublished == 1
     await intake.drain()
 
 
@@ -324,7 +353,8 @@ class DiesAfterCommit(StepIntake):
 
 
 async def test_a_step_claimed_in_a_commit_whose_process_died_is_woken_after_its_lease(db: Database) -> None:
-    # Given a step claimed in the transaction that readied it, by a process that then died
+    # Given a step claimed in the transaction that readied it (a new run's: inserted claimed),
+    # by a process that then died
     dead = intake_running(db, [], intake=DiesAfterCommit)
     with dead.eager(db):
         run_id, _ = await create_ready_run(db)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ira.core.commit import OutboxMessage
+from ira.core.run import Claim, Run, Step
 from ira.runtime.store import pg_fast, sqlite_driver
 from ira.runtime.store.sqlite_writer import SQLiteWriter
 
@@ -51,6 +53,21 @@ class CommitListener(Protocol):
     def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
         """The transaction did not commit (or its commit could not be confirmed): these
         messages, which this listener took, will not come to ``committed``."""
+
+
+class ClaimsAtInsert(Protocol):
+    """A ``CommitListener`` that lets the store write the step of a wake-up it took already
+    claimed by it, in the step's own INSERT (a new run's READY steps: ``runs.create_run``),
+    instead of claiming it in ``taken`` with an UPDATE of the row the same transaction just
+    inserted. Optional: a listener without these methods is always asked to ``taken``."""
+
+    def lease_at_insert(self, message: OutboxMessage) -> datetime | None:
+        """The lease's end if the step of ``message`` (taken by this listener) may be written
+        claimed by it; None: claim it in ``taken``, as usual."""
+
+    def claimed_at_insert(self, message: OutboxMessage, claim: Claim, step: Step, run: Run) -> None:
+        """Instead of ``taken``: the step of ``message`` was inserted claimed by ``claim``, as
+        ``step``, in the run ``run`` the same transaction created."""
 
 
 @dataclass
@@ -81,14 +98,31 @@ def take_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> di
     return taken
 
 
-async def settle_taken(conn: AsyncConnection, taken: dict[str, str]) -> None:
-    """Let the listeners act, in ``conn``'s transaction, on the messages they took (``taken``)."""
+async def settle_taken(conn: AsyncConnection, taken: dict[str, str],
+                       claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None) -> None:
+    """Let the listeners act, in ``conn``'s transaction, on the messages they took (``taken``);
+    ``claimed``: those whose steps were inserted claimed already (``lease_at_insert``), by message id."""
     written: _Written | None = conn.info.get(_WRITTEN)
     if written is None:
         return
     for message_id in taken:
         listener, message = written.taken[message_id]
-        await listener.taken(conn, message)
+        done = claimed.get(message_id) if claimed else None
+        if done is not None:
+            listener.claimed_at_insert(message, *done)  # type: ignore[attr-defined]
+        else:
+            await listener.taken(conn, message)
+
+
+def lease_at_insert(conn: AsyncConnection, message_id: str) -> datetime | None:
+    """The lease's end under which the listener that took ``message_id`` in this transaction
+    lets the store insert its step already claimed (``ClaimsAtInsert``); None if it does not."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None or message_id not in written.taken:
+        return None
+    listener, message = written.taken[message_id]
+    ask: Callable[[OutboxMessage], datetime | None] | None = getattr(listener, "lease_at_insert", None)
+    return ask(message) if ask is not None else None
 
 
 def after_commit(conn: AsyncConnection, callback: Callable[[], None]) -> bool:

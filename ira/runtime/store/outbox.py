@@ -63,7 +63,8 @@ def _row(m: OutboxMessage, at: datetime) -> dict[str, object]:
             "value": m.envelope.to_bytes(), "headers": message_headers(m), "created_at": at, "awaits": m.awaits}
 
 
-_INSERT = insert(outbox)
+INSERT_OUTBOX = insert(outbox)
+"""Built once: ``enqueue``'s, and ``runs.create_run``'s, which writes the rows ``outbox_rows`` made."""
 
 
 async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> None:
@@ -77,7 +78,7 @@ async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, a
     if not messages:
         return
     rows, taken = outbox_rows(conn, messages, at=at)
-    await conn.execute(_INSERT, rows)
+    await conn.execute(INSERT_OUTBOX, rows)
     if taken:
         await settle_taken(conn, taken)
 

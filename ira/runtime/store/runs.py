@@ -7,7 +7,7 @@ numbering: no gaps, no duplicates, whatever the concurrency.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, NoReturn
@@ -23,12 +23,14 @@ from ira.core.commit import EventDraft, NewRun, OutboxMessage, RunCommit, StepCh
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
-from ira.core.run import Run, RunEvent
+from ira.core.run import Claim, Run, RunEvent, Step
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
 from ira.runtime.store import run_traces
+from ira.runtime.store.claimed_inserts import claims_at_insert
 from ira.runtime.store.database import settle_taken
 from ira.runtime.store.folded_cas import PROMOTED, event_params, folded_bump, outbox_params, promotion_params
+from ira.runtime.store.outbox import INSERT_OUTBOX as _INSERT_OUTBOX
 from ira.runtime.store.outbox import enqueue, outbox_rows
 from ira.runtime.store.rows import event_from_row, run_from_row
 from ira.runtime.store.schema import events, runs, tasks
@@ -71,11 +73,20 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
         await conn.execute(_INSERT_RUN, values)
     except IntegrityError as exc:  # the transaction is spoiled; the caller retries and finds the run
         raise ConcurrentUpdateError(f"run for key {new.idempotency_key} created concurrently") from exc
-    await insert_steps(conn, new, at=at)
-    await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
     run = Run.model_validate({k: v for k, v in values.items() if k != "idempotency_key"})
     run_traces.remember(run)
-    await _enqueue_as(conn, run, runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent()), at=at)
+    messages = runtrace.stamp(new.outbox, new.traceparent or runtrace.current_traceparent())
+    # the wake-ups are taken before the steps go in, so the steps this process runs itself go
+    # in claimed (``claimed_inserts``): no claim UPDATE of a row this transaction wrote
+    rows, taken = outbox_rows(conn, messages, at=at) if messages else ([], {})
+    claims, woken = claims_at_insert(conn, new, messages, taken)
+    inserted = await insert_steps(conn, new, at=at, claims=claims)
+    await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
+    if rows:
+        await conn.execute(_INSERT_OUTBOX, rows)
+    if taken:
+        claimed = {woken[step_id]: (claim, inserted[step_id], run) for step_id, claim in claims.items()}
+        await _settle_as(conn, run, taken, claimed)
     return run, True
 
 
@@ -134,12 +145,14 @@ def _folded_outbox(conn: AsyncConnection, change: RunCommit, *, at: datetime
     return outbox_rows(conn, runtrace.stamp(change.outbox, runtrace.parent_for(traceparent)), at=at)
 
 
-async def _settle_as(conn: AsyncConnection, run: Run, taken: dict[str, str]) -> None:
-    """The listeners act on the messages they took (``_enqueue_as`` on why ``get_run`` answers ``run``)."""
+async def _settle_as(conn: AsyncConnection, run: Run, taken: dict[str, str],
+                     claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None) -> None:
+    """The listeners act on the messages they took (``_enqueue_as`` on why ``get_run`` answers
+    ``run``); ``claimed``: those whose steps went in claimed (``database.settle_taken``)."""
     info = conn.info
     info[_ENQUEUED_RUN] = run
     try:
-        await settle_taken(conn, taken)
+        await settle_taken(conn, taken, claimed)
     finally:
         info.pop(_ENQUEUED_RUN, None)
 

@@ -7,7 +7,7 @@ Every later write by that owner names the epoch, and the store refuses lower one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,21 +51,41 @@ def step_key_params(tenant_id: str, run_id: str, step_id: str) -> dict[str, obje
     return {"k_tenant": tenant_id, "k_run": run_id, "k_step": step_id}
 
 
-async def insert_steps(conn: AsyncConnection, new: NewRun, *, at: datetime) -> None:
-    await add_steps(conn, new.tenant_id, new.run_id, new.steps, at=at)
+async def insert_steps(conn: AsyncConnection, new: NewRun, *, at: datetime,
+                       claims: Mapping[str, Claim] | None = None) -> dict[str, Step]:
+    """The plan of a new run; ``claims`` (``claimed_inserts.claims_at_insert``, by step id): steps inserted
+    claimed. Returns those steps as inserted, by step id."""
+    return await add_steps(conn, new.tenant_id, new.run_id, new.steps, at=at, claims=claims)
 
 
 async def add_steps(conn: AsyncConnection, tenant_id: str, run_id: str, new_steps: Sequence[NewStep], *,
-                    at: datetime) -> None:
-    """Insert steps into a run's plan: the plan at creation, or steps a person added later."""
+                    at: datetime, claims: Mapping[str, Claim] | None = None) -> dict[str, Step]:
+    """Insert steps into a run's plan: the plan at creation, or steps a person added later.
+
+    A step in ``claims`` (a READY step of a new run that this process runs itself) goes in as
+    the claim's UPDATE would leave it: RUNNING, owned, leased, epoch 1, its attempt started;
+    the same values, written once instead of inserted READY and updated in the same
+    transaction. Returns those steps, by step id."""
     if not new_steps:
-        return
-    await conn.execute(_INSERT_STEPS, [
-        {"tenant_id": tenant_id, "run_id": run_id, "step_id": s.step_id, "kind": s.kind,
-         "state": s.state, "depends_on": list(s.depends_on), "required": s.required, "owner": None,
-         "owner_epoch": 0, "lease_until": None, "binding": s.binding, "result_ref": None, "updated_at": at}
-        for s in new_steps
-    ])
+        return {}
+    rows = [{"tenant_id": tenant_id, "run_id": run_id, "step_id": s.step_id, "kind": s.kind,
+             "state": s.state, "depends_on": list(s.depends_on), "required": s.required, "owner": None,
+             "owner_epoch": 0, "lease_until": None, "binding": s.binding, "result_ref": None, "updated_at": at}
+            for s in new_steps]
+    claimed: dict[str, Step] = {}
+    if claims:
+        for row in rows:
+            claim = claims.get(str(row["step_id"]))
+            if claim is not None:
+                row.update(state=StepState.RUNNING, owner=claim.owner, owner_epoch=claim.owner_epoch,
+                           lease_until=claim.lease_until)
+                claimed[claim.step_id] = Step.model_validate(row)
+    await conn.execute(_INSERT_STEPS, rows)
+    if claims:
+        await conn.execute(_INSERT_ATTEMPT, [
+            {"tenant_id": c.tenant_id, "attempt_id": c.attempt_id, "run_id": c.run_id, "step_id": c.step_id,
+             "owner": c.owner, "owner_epoch": c.owner_epoch, "started_at": at, "usage": {}} for c in claims.values()])
+    return claimed
 
 
 async def get_step(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> Step:
