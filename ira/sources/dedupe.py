@@ -21,9 +21,10 @@ on the commit point (``ingest.ack``):
 
 Requests of one source that arrive together share a call: while one call is in flight, the
 next requests queue, and the next call serves all of them (each still counted and marked on
-its own, in arrival order). redis-py's client costs ~90 µs of CPU per call here, the largest
-single cost of a webhook; under load one call serves many requests, and with no load a
-request waits for nothing but its own call. The durable dedupe is the store (the outbox, then
+its own, in arrival order). A call costs the client tens of µs of CPU (redis-py's whole
+command path cost ~100 µs, the largest single cost of a webhook, so the script is called through
+:class:`~ira.sources.held_script.HeldScript`); under load one call serves many requests, and
+with no load a request waits for nothing but its own call. The durable dedupe is the store (the outbox, then
 triage's inbox): event ids are deterministic (:mod:`ira.sources.identity`).
 
 Every key of one source carries the hash tag ``{<source id>}``, so the script and the
@@ -43,6 +44,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ira.sources.errors import EdgeUnavailableError
+from ira.sources.held_script import HeldScript
 from ira.sources.ratelimit import RateWindow
 
 log = logging.getLogger(__name__)
@@ -159,7 +161,7 @@ class EdgeDedupe:
     def __init__(self, redis: Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._admit = redis.register_script(ADMIT_SCRIPT)
+        self._admit = HeldScript(redis, ADMIT_SCRIPT)
         self._waiting: dict[str, list[_Ask]] = {}
         """Per source: the requests the next call admits (a source's keys share a cluster slot)."""
         self._callers: dict[str, asyncio.Task[None]] = {}
@@ -220,10 +222,10 @@ class EdgeDedupe:
 
     async def _call(self, batch: list[_Ask]) -> None:
         keys = [key for ask in batch for key in (ask.rate.key, ask.bucket_key(), *ask.keys)]
-        args: list[int | str] = [len(batch), *(ask.arg() for ask in batch)]
+        args = [str(len(batch)), *(ask.arg() for ask in batch)]
         self.calls += 1
         try:
-            reply = await self._admit(keys=keys, args=args)
+            reply = await self._admit(keys, args)
         except Exception as exc:  # Redis down or refusing: every request of the call answers 503
             for ask in batch:
                 if not ask.answer.done():
