@@ -28,8 +28,16 @@ the commit stands:
   durability never depended on the broker's copy, only the latency of recovering from a
   crash does (a lease instead of the relay's next poll).
 
-Taken after the commit (``committed``): a wake-up written while every slot was busy is
-relayed as before; if a slot is free by the time its transaction commits, the step starts
+Taken beyond the slots (``backlog``): a wake-up written while every slot is busy is taken and
+its step claimed in the transaction all the same, up to ``backlog`` such steps at once; after
+the commit it waits in a local queue (claimed, under this process's lease) and starts in the
+first slot that frees, before any broker wake-up waiting for one. A burst of commits (200
+approvals at once) then costs no relay pass, broker hop and second claim transaction per step
+beyond the slots. A queued step whose lease ran out before a slot freed is not started (the
+scanner wakes it from the steps table, as for a crash); a drained intake drops its queue alike.
+
+Taken after the commit (``committed``): a wake-up written while every slot was busy and the
+backlog full is relayed as before; if a slot is free by the time its transaction commits, the step starts
 here anyway, and the broker's later copy is dropped by message id, without touching the
 store (an in-memory inbox, bounded: a wake-up is a hint and the claim is the real dedupe, so
 forgetting an old id costs one refused claim, never a second run of a step).
@@ -40,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -87,6 +95,10 @@ class IntakeStats:
     """Local wake-ups left to the broker because every slot was busy."""
     unpublished: int = 0
     """Eager steps whose wake-up was taken in its transaction, so never published."""
+    queued: int = 0
+    """Of those, steps taken while every slot was busy: they waited in the local queue."""
+    expired_in_queue: int = 0
+    """Queued steps whose lease ran out before a slot freed: left to the scanner."""
 
 
 @dataclass
@@ -95,6 +107,9 @@ class StepIntake:
 
     dispatcher: StepDispatcher
     size: int
+    backlog: int = 256
+    """Steps taken in their transaction beyond the ``size`` slots, at most, waiting for a slot
+    (claimed: each must start well within its lease; a few hundred steps of a few ms each do)."""
     remember: int = 10_000
     """Eager message ids kept to drop their broker copies (a few seconds' worth under load)."""
     stats: IntakeStats = field(default_factory=IntakeStats)
@@ -103,8 +118,13 @@ class StepIntake:
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
     _running: set[asyncio.Task[None]] = field(default_factory=set)
     _eager_ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    _taken: set[str] = field(default_factory=set)
-    """Wake-ups reserved a slot in a transaction that has not ended yet."""
+    _taken: dict[str, bool] = field(default_factory=dict)
+    """Wake-ups taken in a transaction that has not ended yet: True if a slot was reserved for
+    it, False if it goes to the queue (counted in ``_queued``)."""
+    _queue: deque[tuple[StepContext | None, Envelope]] = field(default_factory=deque)
+    """Steps claimed in a committed transaction, waiting for a slot (oldest first)."""
+    _queued: int = 0
+    """Taken beyond the slots and not started yet: in the queue or in their transaction."""
     _claimed: dict[str, StepContext | None] = field(default_factory=dict)
     """Their claims, made in that transaction (None: the step was not free)."""
     _inserted: set[str] = field(default_factory=set)
@@ -136,16 +156,23 @@ class StepIntake:
     def take(self, message: OutboxMessage) -> str | None:
         """While a transaction writes ``message``: reserve a slot to run its step after the
         commit, and name this process as the one that does (the row is then never relayed).
+        With every slot busy, the step is taken for the queue (``backlog``).
 
         A full intake still takes the step when the transaction is a step's of this intake
         that has not handed its slot on yet: the step's task ends right after its commit, so
         the run goes on in the slot it frees (one over ``size`` for that moment) instead of
         queueing behind the broker's wake-ups, each a relay pass and a broker hop later. Started
         runs finish before new ones start, and the wake-ups waiting get the slots runs end."""
-        if not self.handles(message.envelope) or self._closed or not (self._free() or self._hand_on()):
+        if not self.handles(message.envelope) or self._closed:
             return None
-        self._busy += 1
-        self._taken.add(message.envelope.message_id)
+        if self._free() or self._hand_on():
+            self._busy += 1
+            self._taken[message.envelope.message_id] = True
+        elif self._queued < self.backlog:
+            self._queued += 1
+            self._taken[message.envelope.message_id] = False
+        else:
+            return None
         return self.dispatcher.owner
 
     async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
@@ -167,29 +194,34 @@ class StepIntake:
     def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
         """The transaction that wrote these taken wake-ups did not commit: free their slots."""
         for message in messages:
-            if message.envelope.message_id in self._taken:
-                self._taken.discard(message.envelope.message_id)
+            slot = self._taken.pop(message.envelope.message_id, None)
+            if slot is not None:
                 self._claimed.pop(message.envelope.message_id, None)
                 self._inserted.discard(message.envelope.message_id)
-                self._release_slot()
+                self._give_back(slot)
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None:
         """The eager door (a commit listener): start what this role handles, if a slot is free."""
         for message in messages:
             envelope = message.envelope
-            if envelope.message_id in self._taken:
-                self._taken.discard(envelope.message_id)
+            slot = self._taken.pop(envelope.message_id, None)
+            if slot is not None:
                 claimed = self._claimed.pop(envelope.message_id, None)
                 if envelope.message_id in self._inserted:
                     self._inserted.discard(envelope.message_id)
                     self.dispatcher.faults.hit(AFTER_CLAIMED_INSERT)  # committed RUNNING, not started
                 if self._closed:  # drained meanwhile: the lease expires, the scanner wakes the step again
-                    self._release_slot()
+                    self._give_back(slot)
                     continue
                 self.stats.eager += 1
                 self.stats.unpublished += 1
-                self._run_in_slot(self.dispatcher.run_claimed(claimed), envelope,
-                                  runtrace.task_context(envelope.traceparent))
+                if slot:
+                    self._run_in_slot(self.dispatcher.run_claimed(claimed), envelope,
+                                      runtrace.task_context(envelope.traceparent))
+                else:
+                    self.stats.queued += 1
+                    self._queue.append((claimed, envelope))
+                    self._start_queued()
                 continue
             if not self.handles(envelope) or self._closed:
                 continue
@@ -242,14 +274,40 @@ class StepIntake:
         finally:
             self._release_slot()
 
+    def _give_back(self, slot: bool) -> None:
+        """A taken wake-up will not run here: free its slot, or its place in the backlog."""
+        if slot:
+            self._release_slot()
+        else:
+            self._queued -= 1
+
     def _release_slot(self) -> None:
         self._busy -= 1
+        self._start_queued()
         self._freed.set()
+
+    def _start_queued(self) -> None:
+        """Start queued steps in the free slots: they are claimed already, so they go before the
+        broker's waiting wake-ups (whose claims may not even win)."""
+        if not self._queue:
+            return
+        now = self.dispatcher.clock.now()
+        while self._queue and self._busy < self.size and not self._closed:
+            claimed, envelope = self._queue.popleft()
+            self._queued -= 1
+            if claimed is not None and claimed.claim.lease_until <= now:
+                self.stats.expired_in_queue += 1  # another process may hold it by now
+                continue
+            self._busy += 1
+            self._run_in_slot(self.dispatcher.run_claimed(claimed), envelope,
+                              runtrace.task_context(envelope.traceparent))
 
     async def drain(self, grace: timedelta = timedelta(0)) -> None:
         """Stop taking steps; give running ones ``grace`` to finish, then cancel them (their
         leases expire and another worker takes over)."""
         self._closed = True
+        self._queued -= len(self._queue)  # claimed, not started: their leases expire, the scanner wakes them
+        self._queue.clear()
         if self._running and grace > timedelta(0):
             await asyncio.wait(set(self._running), timeout=grace.total_seconds())
         for task in list(self._running):

@@ -31,7 +31,8 @@ from tests.store_fixtures import statements
 
 
 def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asyncio.Event | None = None,
-                   clock: FrozenClock | None = None, intake: type[StepIntake] = StepIntake) -> StepIntake:
+                   clock: FrozenClock | None = None, intake: type[StepIntake] = StepIntake,
+                   backlog: int = 256) -> StepIntake:
     """An intake for ``metrics`` steps whose handler records the run, waits for ``gate``, then finishes."""
 
     async def handler(ctx: StepContext) -> None:
@@ -41,7 +42,7 @@ def intake_running(db: Database, handled: list[str], *, size: int = 4, gate: asy
         await finish(db, ctx)
 
     return intake(StepDispatcher(db=db, clock=clock or FrozenClock(T0), handlers={"metrics": handler}, owner="w1"),
-                  size)
+                  size, backlog=backlog)
 
 
 def ready_run() -> NewRun:
@@ -233,11 +234,55 @@ async def test_a_rolled_back_transaction_gives_back_the_slot_it_took(db: Databas
     await intake.drain()
 
 
-async def test_a_full_intake_leaves_the_step_to_the_broker(db: Database) -> None:
+async def test_a_full_intake_queues_the_step_claimed_in_its_transaction(db: Database) -> None:
     # Given an intake with one slot, held by a step that has not finished
     handled: list[str] = []
     gate = asyncio.Event()
     intake = intake_running(db, handled, size=1, gate=gate)
+    with intake.eager(db):
+        first, _ = await create_ready_run(db)
+        await eventually(lambda: handled == [first], timeout=10)
+        # When two more commits ready a step each
+        second, _ = await create_ready_run(db)
+        third, _ = await create_ready_run(db)
+        # Then both are claimed in their transactions and wait here, not for the broker
+        assert handled == [first] and intake.stats.queued == 2 and intake.stats.eager_skipped == 0
+        assert await step_state(db, second) == StepState.RUNNING and await relayed(db) == {}
+        # ... and run, in order, as the slot frees
+        gate.set()
+        await eventually(lambda: handled == [first, second, third] and not intake._running, timeout=10)
+    assert intake.stats.unpublished == 3 and intake._busy == 0 and intake._queued == 0
+    assert await step_state(db, third) == StepState.DONE
+    await intake.drain()
+
+
+async def test_a_queued_step_whose_lease_ran_out_is_left_to_the_scanner(db: Database) -> None:
+    # Given a full intake with a step queued behind the one running
+    handled: list[str] = []
+    gate = asyncio.Event()
+    clock = FrozenClock(T0)
+    intake = intake_running(db, handled, size=1, gate=gate, clock=clock)
+    with intake.eager(db):
+        first, _ = await create_ready_run(db)
+        await eventually(lambda: handled == [first], timeout=10)
+        second, _ = await create_ready_run(db)
+        # When its lease runs out before the slot frees
+        clock.advance(intake.dispatcher.lease + timedelta(seconds=1))
+        gate.set()
+        await eventually(lambda: not intake._running, timeout=10)
+    # Then it is not started here (another process may hold it by now); the scanner wakes it
+    assert handled == [first] and intake.stats.expired_in_queue == 1 and intake._queued == 0
+    scanner = Scanner(db=db, clock=clock, environment="prod", quiet=timedelta(seconds=10))
+    await scanner.scan_once()
+    assert [w.payload["run_id"] for w in (await relayed(db))["metrics"]] == [second]
+    await intake.drain()
+
+
+async def test_a_full_intake_with_a_full_backlog_leaves_the_step_to_the_broker(db: Database) -> None:
+    # Given an intake with one slot, held by a step that has not finished, and no backlog
+    handled: list[str] = []
+    gate = asyncio.Event()
+    intake = intake_running(db, handled, size=1, gate=gate, backlog=0)
     with intake.eager(db):
         first, _ = await create_ready_run(db)
         await eventually(lambda: handled == [first], timeout=10)
