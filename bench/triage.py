@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import os
+import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,10 +59,12 @@ from ira.runtime.bus.admin import ensure_topics
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import Outcome, RecordOutcome
+from ira.runtime.settings import Settings
 from ira.runtime.settings.triage import TriageSettings
 from ira.runtime.store import runs
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import outbox
+from ira.runtime.telemetry import setup_tracing
 from ira.triage.noise import NoiseState, NoNoiseState, RedisNoiseState
 from ira.triage.tables import incidents
 from ira.triage.worker import TriageHandler
@@ -80,8 +86,11 @@ def _alert(group: int, member: int, status: AlertStatus, *, at: datetime, run: s
         received_at=at, environment="prod", service=f"svc-{run}-{group}")
 
 
-def events(count: int) -> list[OutboxMessage]:
-    """The mix: per group 5 firing then 5 resolved; every tenth group sends one event twice."""
+def events(count: int, *, per_trace: int = 0) -> list[OutboxMessage]:
+    """The mix: per group 5 firing then 5 resolved; every tenth group sends one event twice.
+
+    With ``per_trace`` every ``per_trace`` consecutive events carry one W3C ``traceparent`` (the
+    gateway's request span, as the alerts of one webhook request do); else none."""
     run, now, out = uuid.uuid4().hex[:6], datetime.now(UTC), []
     group = 0
     while len(out) < count:
@@ -92,12 +101,22 @@ def events(count: int) -> list[OutboxMessage]:
             batch.insert(3, batch[2].model_copy(update={"event_id": str(uuid.uuid4())}))
         out += batch
         group += 1
-    return [_message(e) for e in out[:count]]
+    return [_message(e, traceparent=_traceparent(i, per_trace)) for i, e in enumerate(out[:count])]
 
 
-def _message(alert: AlertEvent) -> OutboxMessage:
+def _traceparent(index: int, per_trace: int) -> str | None:
+    """The request trace of event ``index`` when every ``per_trace`` events share one (sampled out, as
+    ``ira dev``'s gateway sends them: flag 00)."""
+    if per_trace <= 0:
+        return None
+    request = index // per_trace
+    return f"00-{uuid.uuid5(uuid.NAMESPACE_OID, str(request)).hex}-{request + 1:016x}-00"
+
+
+def _message(alert: AlertEvent, *, traceparent: str | None = None) -> OutboxMessage:
     envelope = Envelope(message_id=alert.event_id, type="alert.received", tenant_id=alert.tenant_id,
-                        occurred_at=alert.received_at, payload=alert.model_dump(mode="json"))
+                        occurred_at=alert.received_at, traceparent=traceparent,
+                        payload=alert.model_dump(mode="json"))
     return OutboxMessage(topic="", key=f"{alert.tenant_id}:{alert.fingerprint}", envelope=envelope)
 
 
@@ -135,12 +154,13 @@ class Rig:
 
 def _runner(rig: Rig, db: Database, *, environment: str, timing: Callable[[RecordOutcome], None]) -> ConsumerRunner:
     args = rig.args
+    session = timedelta(seconds=2 if args.slowdown == 1 else 15)  # heartbeats lag under callgrind
     handler = TriageHandler(settings=TriageSettings(), environment=environment, clock=SystemClock(), noise=rig.noise)
     return ConsumerRunner(
         bootstrap=rig.kafka.bootstrap, group_id=f"bench-triage-{environment}", name="triage",
         topics=[topic_name(Topic.ALERTS, environment)], handler=handler, producer=rig.producer,
         dlq_topic=topic_name(Topic.DLQ, environment), db=db, on_outcome=timing, batch_hooks=handler,
-        settings=ConsumerSettings(session_timeout=timedelta(seconds=2), fetch_wait=timedelta(milliseconds=100),
+        settings=ConsumerSettings(session_timeout=session, fetch_wait=timedelta(milliseconds=100),
                                   batch_size=args.batch_size, max_records=args.batch_size * 2))
 
 
@@ -155,18 +175,18 @@ async def _publish(producer: BusProducer, topic: str, messages: list[OutboxMessa
 async def drain(rig: Rig, db: Database) -> dict:
     args, environment = rig.args, f"bench{uuid.uuid4().hex[:8]}"
     await ensure_topics(rig.kafka.bootstrap, environment, partitions=args.partitions)
-    messages, topic = events(args.ops), topic_name(Topic.ALERTS, environment)
+    messages, topic = events(args.ops, per_trace=args.per_trace), topic_name(Topic.ALERTS, environment)
     for start in range(0, len(messages), 1000):
         await _publish(rig.producer, topic, messages[start:start + 1000])
     timing = Timing()
     runner = _runner(rig, db, environment=environment, timing=timing)
     stop = asyncio.Event()
-    cpu = time.process_time()  # this process's CPU (consumer + triage; the broker is another process)
-    task = asyncio.create_task(runner.run(stop))
-    deadline = time.perf_counter() + 120 + args.ops / 100
-    while _done(runner) < args.ops and time.perf_counter() < deadline and not task.done():
-        await asyncio.sleep(0.05)
-    cpu = time.process_time() - cpu
+    with Measured(args) as measured:  # this process's CPU (consumer + triage; the broker is another process)
+        task = asyncio.create_task(runner.run(stop))
+        deadline = time.perf_counter() + (120 + args.ops / 100) * args.slowdown
+        while _done(runner) < args.ops and time.perf_counter() < deadline and not task.done():
+            await asyncio.sleep(0.05)
+    cpu = measured.cpu
     stop.set()
     await asyncio.wait_for(task, 60)
     if _done(runner) < args.ops or timing.first is None or timing.last is None:
@@ -175,13 +195,61 @@ async def drain(rig: Rig, db: Database) -> dict:
             "cpu_ms_per_event": round(cpu * 1000 / args.ops, 3), "retries": runner.stats.retries}
 
 
+class Measured:
+    """The measured part of a run: this process's CPU seconds; with ``--profile`` under cProfile
+    (the event loop thread's CPU, printed to stderr), with ``--callgrind`` under callgrind's
+    instruction counting when this process runs under it (``callgrind_control``)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args, self.cpu = args, 0.0
+        self._profiler = cProfile.Profile(time.thread_time) if args.profile else None
+
+    def __enter__(self) -> Measured:
+        if self._args.callgrind:
+            _callgrind("--instr=on")
+        if self._profiler is not None:
+            self._profiler.enable()
+        self.cpu = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu = time.process_time() - self.cpu
+        if self._profiler is not None:
+            self._profiler.disable()
+            if self._args.profile_out:
+                self._profiler.dump_stats(self._args.profile_out)
+            stats = pstats.Stats(self._profiler, stream=sys.stderr)
+            stats.sort_stats(self._args.profile).print_stats(self._args.profile_lines)
+        if self._args.callgrind:
+            _callgrind("--instr=off")
+
+
+def _callgrind(switch: str) -> None:
+    """Switch callgrind's instrumentation of this process (started with ``--instr-atstart=no``)."""
+    subprocess.run(["callgrind_control", switch, str(os.getpid())], check=True, capture_output=True)
+
+
+def under_callgrind() -> bool:
+    """Whether valgrind runs this process (its preload library is mapped)."""
+    return "vgpreload" in Path("/proc/self/maps").read_text()
+
+
+CALLGRIND_HOW = """--callgrind counts the instructions of the measured part only (drain: all of it; storm:
+the follow-ups); run it under callgrind with the instrumentation off until then:
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/triage.%p.out \\
+        .venv/bin/python bench/triage.py --modes drain --ops 3000 --callgrind [--per-trace 100 --sdk-tracing]
+The file's "totals:" line over --ops is the instructions per event; the difference of two --ops
+(1000 and 3000) over 2000 leaves the group join and the first fetch out."""
+
+
 FOLLOW_UP_INCIDENTS = 10
 
 
-def follow_ups(count: int, *, run: str) -> list[OutboxMessage]:
+def follow_ups(count: int, *, run: str, per_trace: int = 0) -> list[OutboxMessage]:
     """A storm: ``count`` distinct alerts (a new fingerprint each) into the incidents of :func:`openers`."""
     now = datetime.now(UTC)
-    return [_message(_alert(i % FOLLOW_UP_INCIDENTS, 1 + i, AlertStatus.FIRING, at=now, run=run)) for i in range(count)]
+    return [_message(_alert(i % FOLLOW_UP_INCIDENTS, 1 + i, AlertStatus.FIRING, at=now, run=run),
+                     traceparent=_traceparent(i, per_trace)) for i in range(count)]
 
 
 async def _start_runs(db: Database) -> int:
@@ -203,34 +271,39 @@ async def _outbox_rows(db: Database) -> int:
 
 async def storm(rig: Rig, db: Database) -> dict:
     """``--ops`` follow-ups to 10 incidents with active runs, already on the topic, drained as fast as
-    triage can: events/s, and outbox rows written per follow-up (one each before updates were coalesced)."""
+    triage can (by a new member of the group: the incidents were opened by another before their runs
+    started): events/s, CPU per follow-up, and outbox rows written per follow-up (one each before
+    updates were coalesced)."""
     args, environment, run = rig.args, f"bench{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:6]
     await ensure_topics(rig.kafka.bootstrap, environment, partitions=args.partitions)
     topic = topic_name(Topic.ALERTS, environment)
     now = datetime.now(UTC)
     openers = [_message(_alert(g, 0, AlertStatus.FIRING, at=now, run=run)) for g in range(FOLLOW_UP_INCIDENTS)]
-    warm, timing = Timing(), Timing()
-    runner = _runner(rig, db, environment=environment, timing=lambda o: (timing if warm.last else warm)(o))
-    stop = asyncio.Event()
-    task = asyncio.create_task(runner.run(stop))
+    opening, stop = _runner(rig, db, environment=environment, timing=Timing()), asyncio.Event()
+    task = asyncio.create_task(opening.run(stop))
     await _publish(rig.producer, topic, openers)
-    while _done(runner) < len(openers) and not task.done():  # the group join is not part of the measurement
+    while _done(opening) < len(openers) and not task.done():
         await asyncio.sleep(0.05)
-    warm.last = warm.last or time.perf_counter()
+    stop.set()  # it commits and leaves the group: the follow-ups wait on the topic for the next member
+    await asyncio.wait_for(task, 60)
     started_runs, before = await _start_runs(db), await _outbox_rows(db)
-    messages = follow_ups(args.ops, run=run)
+    messages = follow_ups(args.ops, run=run, per_trace=args.per_trace)
     for start in range(0, len(messages), 1000):
         await _publish(rig.producer, topic, messages[start:start + 1000])
-    total = len(openers) + args.ops
-    deadline = time.perf_counter() + 120 + args.ops / 100
-    while _done(runner) < total and time.perf_counter() < deadline and not task.done():
-        await asyncio.sleep(0.05)
+    timing = Timing()
+    runner, stop = _runner(rig, db, environment=environment, timing=timing), asyncio.Event()
+    deadline = time.perf_counter() + (120 + args.ops / 100) * args.slowdown
+    with Measured(args) as measured:  # like drain: the group join, then the follow-ups as fast as triage can
+        task = asyncio.create_task(runner.run(stop))
+        while _done(runner) < args.ops and time.perf_counter() < deadline and not task.done():
+            await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(task, 60)
-    if _done(runner) < total:
-        raise RuntimeError(f"only {_done(runner)} of {total} applied: {runner.stats}")
+    if _done(runner) < args.ops:
+        raise RuntimeError(f"only {_done(runner)} of {args.ops} applied: {runner.stats}")
     rows = await _outbox_rows(db) - before
     return {"events": args.ops, "incidents_with_runs": started_runs, "events_per_s": timing.rate(args.ops),
+            "cpu_ms_per_event": round(measured.cpu * 1000 / args.ops, 3),
             "outbox_rows_per_event": round(rows / args.ops, 4), "retries": runner.stats.retries}
 
 
@@ -318,6 +391,8 @@ async def noise_state(url: str | None) -> tuple[NoiseState, Redis | None]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.sdk_tracing:  # as every ``ira`` process does: spans sampled out, ids still made
+        setup_tracing(Settings())
     backends = ["sqlite"] + (["postgresql"] if args.database_url else [])
     noise, client = await noise_state(args.redis_url)
     with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
@@ -345,13 +420,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=200, help="events per database transaction")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--modes", default="drain,sustained,storm", help="which measurements (comma-separated)")
+    parser.add_argument("--per-trace", type=int, default=0, metavar="N",
+                        help="every N consecutive events share one traceparent (a webhook request's); 0: none")
+    parser.add_argument("--sdk-tracing", action="store_true",
+                        help="install the SDK tracer provider as ira's processes do (ALWAYS_OFF, ids made)")
+    parser.add_argument("--profile", nargs="?", const="tottime", metavar="SORT",
+                        help="run the measured part under cProfile; print the top functions (by SORT) to stderr")
+    parser.add_argument("--profile-lines", type=int, default=40)
+    parser.add_argument("--profile-out", metavar="FILE", help="also save the profile (pstats) to FILE")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count the measured part's instructions under callgrind (drain; says how if not under it)")
     parser.add_argument("--produce", metavar="TOPIC", help=argparse.SUPPRESS)  # the sustained run's producer
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.slowdown = 50 if args.callgrind else 1
+    return args
 
 
 if __name__ == "__main__":
     parsed = parse()
+    if parsed.callgrind and not under_callgrind():
+        print(CALLGRIND_HOW, file=sys.stderr)
+        sys.exit(2)
     if parsed.produce:
         asyncio.run(produce(parsed.produce, parsed.bootstrap, ops=parsed.ops, rate=parsed.rate))
     else:
