@@ -125,6 +125,7 @@ class ConsumerRunner:
             db, consumer=name, clock=clock or SystemClock(), lease=settings.park_lease, poll=settings.park_poll,
             backoff=self._retry_delay)
         self.stats = ConsumerStats()
+        self._contexts = tracing.ConsumedContexts()
         self._consumer: AIOKafkaConsumer | None = None
         self._faults, self._after_apply = FaultPoints(settings.faults), after_apply(name)
 
@@ -399,8 +400,7 @@ class ConsumerRunner:
 
     def _span(self, envelope: Envelope, meta: RecordMeta) -> AbstractContextManager[Span]:
         """The handler's span, child of the trace the record carries."""
-        parent = tracing.extract([(k, v.encode()) for k, v in meta.headers.items()],
-                                 fallback_traceparent=envelope.traceparent)
+        parent = self._contexts.parent(meta.headers, fallback_traceparent=envelope.traceparent)
         attributes = span_attributes(meta, envelope, group_id=self.group_id, consumer=self.name)
         return tracing.consume_span(self._tracer, f"{meta.topic} process", parent=parent, attributes=attributes)
 
