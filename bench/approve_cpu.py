@@ -7,8 +7,9 @@ bench/engine.py's ira engine (coordinator, instant investigators, relay and scan
 process, the embedded broker beside it), warmed up; each round takes ``--ops`` runs to their
 approval wait and approves them all at once (``IraEngine.approve_all``, as bench/engine.py's
 ``approve`` measure does). Per round: approved runs/s, this process's CPU ms per approved run
-(every thread; the broker's CPU is not counted), the event loop thread's alone and, with
-``--statements``, store statements per approved run. CPU per run is the figure to compare
+(every thread; the broker's CPU is not counted), the event loop thread's alone, write
+transactions per approved run (the relay's and scanner's included) and, with ``--statements``,
+store statements per approved run. CPU per run is the figure to compare
 between two trees on a shared machine. With ``--profile`` the last round's approvals run under
 cProfile timed by the event loop thread's CPU (``time.thread_time``: a wall-clock profile of a
 loaded machine counts other processes' turns).
@@ -24,14 +25,31 @@ import pstats
 import sys
 import tempfile
 import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import runs as incident_runs
 from engine_ira import TENANT, ira_engine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from start_cpu import Statements
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
+from ira.runtime.store.database import Database
+
+
+class WriteTransactions:
+    """Counts the write transactions ``db`` begins (one Python call each: always on)."""
+
+    def __init__(self, db: Database) -> None:
+        self.count = 0
+        begin = db._begin
+
+        def counted() -> AbstractAsyncContextManager[AsyncConnection]:
+            self.count += 1
+            return begin()
+
+        db._begin = counted  # type: ignore[method-assign]
 
 
 def emit(**fields: object) -> None:
@@ -46,6 +64,7 @@ async def main(args: argparse.Namespace) -> None:
             for backend in backends:
                 async with ira_engine(backend, args.database_url, Path(tmp), kafka.bootstrap) as engine:
                     statements = Statements(engine.db, args.statements)
+                    transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))
                     await engine.approve_all()  # warm the approve path's caches
                     for round_ in range(args.rounds):
@@ -53,6 +72,7 @@ async def main(args: argparse.Namespace) -> None:
                         last = round_ == args.rounds - 1
                         profiler = cProfile.Profile(time.thread_time) if args.profile and last else None
                         cpu, loop, before = time.process_time(), time.thread_time(), statements.count
+                        began = transactions.count
                         if profiler:
                             profiler.enable()
                         runs, seconds = await engine.approve_all()
@@ -63,6 +83,7 @@ async def main(args: argparse.Namespace) -> None:
                         emit(backend=backend, mode="approve", round=round_, runs=runs,
                              runs_per_s=round(runs / seconds, 1), cpu_ms_per_run=round(cpu * 1000 / n, 2),
                              loop_cpu_ms_per_run=round(loop * 1000 / n, 2),
+                             write_txns_per_run=round((transactions.count - began) / n, 2),
                              **({"statements_per_run": round((statements.count - before) / n, 1)}
                                 if statements.count else {}))
                         if profiler and args.profile:

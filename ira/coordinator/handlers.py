@@ -264,14 +264,10 @@ async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, 
         "owner_epoch": c.owner_epoch})
 
 
-AFTER_COMPLETE = "run.after_complete"
-"""Fault point: C6 committed (run COMPLETED, delivery in the outbox), nothing delivered yet."""
-
-
 async def complete(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """C6 through the one verifier entry point."""
     async with deps.db.transaction() as conn:
         await charge_step(conn, ctx.claim, config=deps.config, at=deps.clock.now())
         await verify.verify_and_complete(conn, ctx.claim, config=deps.config, at=deps.clock.now(),
                                          run=ctx.run if claimed else None)
-    deps.faults.hit(AFTER_COMPLETE)
+    deps.faults.hit(verify.AFTER_COMPLETE)

@@ -5,11 +5,18 @@ appeared after a cancel is still the truth). The owner of ``create_ticket`` reco
 finishes its step in ONE transaction (:func:`confirm_and_finish`); if the fenced finish is
 refused (a stale owner), that transaction rolls back and the receipt is recorded alone, so
 the fact is never lost with the refusal (no savepoint on the way that succeeds).
+
+What follows the finish may go in its transaction too (``then``: the ``complete`` step, claimed in
+that transaction, verified and committed in it). If that part fails or declines, the whole
+transaction rolls back and the receipt and finish are committed again without it, so whatever
+follows can never cost the receipt; the step it would have run then goes its usual way.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,6 +39,17 @@ from ira.core.states import TERMINAL_RUN_STATES, OperationFact, OperationHandlin
 from ira.core.ticket import Ticket
 from ira.runtime import runtrace
 from ira.runtime.store import outbox, runs
+
+log = logging.getLogger(__name__)
+
+Then = Callable[[AsyncConnection, Run], Awaitable[bool]]
+"""What follows a finish in its transaction, given the run as the finish left it: True if it
+wrote something (it ran), False if it had nothing to do. Raising rolls the transaction back
+(:func:`confirm_and_finish` then commits the finish alone); :class:`Declined` is the quiet way."""
+
+
+class Declined(Exception):
+    """What follows the finish will not commit here (its check did not pass): the finish alone."""
 
 
 def namespace(run_id: str) -> str:
@@ -104,7 +122,7 @@ async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: 
 
 
 async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
-                             adopted: bool, run: Run | None = None) -> None:
+                             adopted: bool, run: Run | None = None, then: Then | None = None) -> bool:
     """C5 and the step's end in one transaction. ``ticket``: the one this owner created or
     adopted; None: the Operation was confirmed before, and is looked up for the step's result.
     A refused finish (stale epoch, run moved on) rolls the transaction back; the receipt is then
@@ -113,20 +131,34 @@ async def confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ti
     ``run``: the run as this owner's own last commit left it, where the store lets one writer in
     at a time (SQLite): the transaction decides on it instead of reading the row, and if the
     commit's compare-and-set finds that the run moved since, it runs once more with the run read
-    under lock (nothing of the first try outlives its rollback; a stale fence is not retried)."""
+    under lock (nothing of the first try outlives its rollback; a stale fence is not retried).
+
+    ``then``: what follows the finish in the same transaction (:data:`Then`); True if it ran
+    there. Should it fail or decline, the transaction is rolled back and made again without it."""
     if ticket is None:
         ticket = await deps.tickets.find_by_key(claim.tenant_id, op.idempotency_key)
     try:
-        await on_known_run(run, lambda known: _confirm_and_finish(deps, claim, op, ticket, adopted=adopted,
-                                                                  known=known))
+        try:
+            return await on_known_run(run, lambda known: _confirm_and_finish(
+                deps, claim, op, ticket, adopted=adopted, known=known, then=then))
+        except _Failed as failed:
+            if not isinstance(failed.__cause__, Declined):
+                log.warning("run %s: what follows the ticket's finish failed in its transaction; the finish "
+                            "commits alone", claim.run_id, exc_info=failed.__cause__)
+            return await on_known_run(run, lambda known: _confirm_and_finish(
+                deps, claim, op, ticket, adopted=adopted, known=known, then=None))
     except (ConcurrentUpdateError, IllegalTransitionError):
         if ticket is not None:
             await record_receipt(deps, op, ticket, adopted=adopted, epoch=claim.owner_epoch)
         raise
 
 
+class _Failed(Exception):
+    """``then`` raised (its exception is the cause): the transaction rolls back."""
+
+
 async def _confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: Ticket | None, *,
-                              adopted: bool, known: Run | None) -> None:
+                              adopted: bool, known: Run | None, then: Then | None) -> bool:
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
         run = known or await lock_run(conn, claim.tenant_id, claim.run_id)
@@ -136,7 +168,13 @@ async def _confirm_and_finish(deps: Deps, claim: Claim, op: Operation, ticket: T
         else:
             confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=claim.owner_epoch,
                                       config=deps.config, at=now)
-        await runs.commit(conn, _finished(claim, run, confirmed), at=now)
+        finished = await runs.commit(conn, _finished(claim, run, confirmed), at=now)
+        if then is None:
+            return False
+        try:
+            return await then(conn, finished)
+        except Exception as exc:  # anything: the finish must not depend on what follows it
+            raise _Failed from exc
 
 
 def _finished(claim: Claim, run: Run, confirmed: Confirmed) -> RunCommit:

@@ -8,7 +8,9 @@
    system. An intent that may not be sent (held, refused) commits without the permit.
 3. Send with the key and the claim's epoch; C5, in one transaction: the receipt is stored as
    evidence, the Operation becomes CONFIRMED_SUCCESS, and the step is finished (fenced; a
-   stale owner's finish is refused and its receipt recorded alone).
+   stale owner's finish is refused and its receipt recorded alone). Where this process's
+   intake claimed the ``complete`` step that finish readies (in the same transaction), C6
+   runs there too (:func:`_complete_here`): one write transaction from the receipt to COMPLETED.
 
 A new owner that finds the Operation SUBMITTED (receipt lost, worker killed) never sends
 first: it raises the ticket system's write barrier to its own epoch and looks the ticket
@@ -27,15 +29,15 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.coordinator import gate, operations, records
+from ira.coordinator import gate, operations, records, verify
 from ira.coordinator.deps import Deps
 from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, on_known_run
-from ira.coordinator.receipt import confirm_and_finish, idempotency_key, namespace
+from ira.coordinator.receipt import Declined, confirm_and_finish, idempotency_key, namespace
 from ira.coordinator.reconcile import park
 from ira.coordinator.records import DraftRecord
-from ira.coordinator.workflow import CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
+from ira.coordinator.workflow import COMPLETE, CREATE_TICKET, CREATE_TICKET_ACTION, PolicyAnswer, judge_action
 from ira.core.commit import EventDraft, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, ConnectorRejectedError
+from ira.core.errors import BudgetExhaustedError, ConcurrentUpdateError, ConnectorRejectedError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.operation import Approval, Operation
@@ -45,7 +47,8 @@ from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
 from ira.core.ticket import Ticket, TicketRequest
 from ira.runtime.dispatch import StepContext
-from ira.runtime.store import runs, timers
+from ira.runtime.intake import run_here
+from ira.runtime.store import runs, steps, timers
 
 log = logging.getLogger(__name__)
 DEADLINE_TIMER = "operation_deadline"
@@ -84,12 +87,36 @@ async def create_ticket(deps: Deps, ctx: StepContext) -> None:
         if mode == Mode.DONE:
             # where one writer at a time (SQLite), the finish decides on the run as the permit left it
             known = permitted if path == "created" and deps.db.dialect == "sqlite" else None
-            await confirm_and_finish(deps, ctx.claim, op, ticket, adopted=path == "adopted", run=known)
+            completed = await confirm_and_finish(deps, ctx.claim, op, ticket, adopted=path == "adopted", run=known,
+                                                 then=lambda conn, run: _complete_here(deps, conn, run))
             deps.faults.hit(AFTER_RECEIPT)
             deps.faults.hit(AFTER_FINISH)
+            if completed:
+                deps.faults.hit(verify.AFTER_COMPLETE)
         elif mode == Mode.FAILED:
             span.set_status(Status(StatusCode.ERROR, "confirmed_failure"))
             await _fail(deps, ctx, op, reason="confirmed_failure")
+
+
+async def _complete_here(deps: Deps, conn: AsyncConnection, run: Run) -> bool:
+    """C6 in the receipt's transaction, under the ``complete`` step's claim that this process's
+    intake took in it (``intake.run_here``): charged and verified as the step's handler does
+    (``handlers.complete``), its fenced commit ending the claim's attempt. Only a run that
+    passes: anything else (a check that fails, an Operation in doubt, an exhausted budget)
+    declines, the transaction is made again without it, and the step runs on its own.
+    False: no such claim here."""
+    ctx = run_here(conn, run.tenant_id, run.run_id, COMPLETE)
+    if ctx is None:
+        return False
+    now = deps.clock.now()
+    with steps.running_attempt(ctx.claim):
+        try:
+            await charge_step(conn, ctx.claim, config=deps.config, at=now)
+        except BudgetExhaustedError as exc:  # the step ends the run for it, on its own
+            raise Declined(str(exc)) from exc
+        if await verify.complete_if_verified(conn, ctx.claim, config=deps.config, at=now, run=ctx.run) is None:
+            raise Declined(f"run {run.run_id} does not pass verification yet")
+    return True
 
 
 async def _reach(deps: Deps, ctx: StepContext, op: Operation, mode: Mode, *,

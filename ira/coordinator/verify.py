@@ -34,6 +34,10 @@ from ira.core.run import Claim, Run
 from ira.core.states import OperationFact, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime.store import runs, steps
 
+AFTER_COMPLETE = "run.after_complete"
+"""Fault point: C6 committed (run COMPLETED, delivery in the outbox), nothing delivered yet
+(``handlers.complete``, or ``ticket.create_ticket`` where C6 went in the receipt's transaction)."""
+
 
 class Check(Model):
     name: str
@@ -91,19 +95,35 @@ async def verify_and_complete(conn: AsyncConnection, claim: Claim, *, config: Wo
     commit's compare-and-set refuses it if it moved since); otherwise it is read under lock here."""
     if run is None:
         run = await lock_run(conn, claim.tenant_id, claim.run_id)
-    synth = await steps.get_step(conn, claim.tenant_id, claim.run_id, SYNTHESIZE)
-    report = await load_model(conn, claim.tenant_id, synth.result_ref, model=Report)
-    ops = await operations.list_operations(conn, claim.tenant_id, claim.run_id)
-    verification = verify_run(contract=run.contract, report=report, ops=ops)
-    if verification.passed and report is not None and synth.result_ref:
-        return await _complete(conn, run, claim, report_ref=synth.result_ref, report=report, ops=ops,
-                               verification=verification, config=config, at=at)
+    completed, report, ops, verification = await _verified(conn, claim, run, config=config, at=at)
+    if completed is not None:
+        return completed
     if verification.in_doubt:
         return await _hand_over(conn, run, claim, ops=ops, verification=verification, at=at)
     outcome = "ticket_not_created" if report is not None else "verification_failed"
     return await end_run(conn, run, state=RunState.FAILED, outcome=outcome, config=config, at=at,
                          step_states={COMPLETE: StepState.FAILED},
                          detail={"failed_checks": [c.name for c in verification.checks if not c.passed]})
+
+
+async def complete_if_verified(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig, at: datetime,
+                               run: Run) -> Run | None:
+    """C6 only where it passes: COMPLETED as :func:`verify_and_complete` commits it, or None and
+    nothing written (the caller leaves the rest of the verdict to the ``complete`` step)."""
+    return (await _verified(conn, claim, run, config=config, at=at))[0]
+
+
+async def _verified(conn: AsyncConnection, claim: Claim, run: Run, *, config: WorkflowConfig, at: datetime
+                    ) -> tuple[Run | None, Report | None, Sequence[Operation], Verification]:
+    """The check, and the run COMPLETED (committed) if it passed, else None."""
+    synth = await steps.get_step(conn, claim.tenant_id, claim.run_id, SYNTHESIZE)
+    report = await load_model(conn, claim.tenant_id, synth.result_ref, model=Report)
+    ops = await operations.list_operations(conn, claim.tenant_id, claim.run_id)
+    verification = verify_run(contract=run.contract, report=report, ops=ops)
+    if verification.passed and report is not None and synth.result_ref:
+        return await _complete(conn, run, claim, report_ref=synth.result_ref, report=report, ops=ops,
+                               verification=verification, config=config, at=at), report, ops, verification
+    return None, report, ops, verification
 
 
 async def _complete(

@@ -18,10 +18,11 @@ constant that names a point sits beside its ``hit``):
 * ``ticket.after_intent`` / ``ticket.after_submit`` / ``ticket.after_receipt`` /
   ``ticket.after_finish`` (``ira.coordinator.ticket``): the Operation's INTENT_RECORDED (with
   its SUBMITTED permit, one commit, when it may be sent) / SUBMITTED / CONFIRMED_SUCCESS (with
-  the step's DONE, one commit, for its owner) / the step's DONE is committed / the next move is made.
+  the step's DONE, one commit, for its owner; and C6 with them where the receipt's transaction
+  completed the run) / the step's DONE is committed / the next move is made.
 * ``ticket.after_create`` (``ira.connectors.tickets.fault.AFTER_CREATE``): the ticket system
   created the ticket / its receipt is stored.
-* ``run.after_complete`` (``ira.coordinator.handlers.AFTER_COMPLETE``): the verifier's
+* ``run.after_complete`` (``ira.coordinator.verify.AFTER_COMPLETE``): the verifier's
   COMPLETED (C6) with its delivery outbox is committed / any delivery is attempted.
 * ``worker.before_ready`` (``ira.runtime.process.WORKER_BEFORE_READY``): an ``ira worker``
   opened its platform / it is ready (``ira dev`` must then stop, not restart it forever).

@@ -41,6 +41,11 @@ backlog full is relayed as before; if a slot is free by the time its transaction
 here anyway, and the broker's later copy is dropped by message id, without touching the
 store (an in-memory inbox, bounded: a wake-up is a hint and the claim is the real dedupe, so
 forgetting an old id costs one refused claim, never a second run of a step).
+
+Run here (``run_here``): the transaction that readied and claimed a step may go on to finish it
+itself, under that claim, before it commits (the coordinator's ``complete`` after the ticket's
+receipt): the step then costs no transaction of its own, and after the commit the intake starts
+nothing for it. If that transaction rolls back, nothing of it stands: the claim is gone with it.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from ira.core.envelope import Envelope
 from ira.core.run import Claim, Run, Step
 from ira.runtime import runtrace
 from ira.runtime.dispatch import StepContext, StepDispatcher
-from ira.runtime.store.database import Database
+from ira.runtime.store.database import Database, taken_wakeup
 from ira.runtime.wakeup import STEP_READY
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,8 @@ class IntakeStats:
     """Of those, steps taken while every slot was busy: they waited in the local queue."""
     expired_in_queue: int = 0
     """Queued steps whose lease ran out before a slot freed: left to the scanner."""
+    ran_here: int = 0
+    """Taken steps finished by the transaction that claimed them (``run_here``): none started."""
 
 
 @dataclass
@@ -129,6 +136,8 @@ class StepIntake:
     """Their claims, made in that transaction (None: the step was not free)."""
     _inserted: set[str] = field(default_factory=set)
     """Those of them whose steps were inserted claimed (:meth:`claimed_at_insert`)."""
+    _here: set[str] = field(default_factory=set)
+    """Those of them the claiming transaction runs itself (:func:`run_here`): nothing to start."""
     _closed: bool = False
 
     def handles(self, envelope: Envelope) -> bool:
@@ -198,6 +207,7 @@ class StepIntake:
             if slot is not None:
                 self._claimed.pop(message.envelope.message_id, None)
                 self._inserted.discard(message.envelope.message_id)
+                self._here.discard(message.envelope.message_id)
                 self._give_back(slot)
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None:
@@ -207,6 +217,11 @@ class StepIntake:
             slot = self._taken.pop(envelope.message_id, None)
             if slot is not None:
                 claimed = self._claimed.pop(envelope.message_id, None)
+                if envelope.message_id in self._here:  # finished in the transaction that claimed it
+                    self._here.discard(envelope.message_id)
+                    self.stats.ran_here += 1
+                    self._give_back(slot)
+                    continue
                 if envelope.message_id in self._inserted:
                     self._inserted.discard(envelope.message_id)
                     self.dispatcher.faults.hit(AFTER_CLAIMED_INSERT)  # committed RUNNING, not started
@@ -234,6 +249,12 @@ class StepIntake:
             self.stats.eager += 1
             self._busy += 1
             self._begin(envelope)
+
+    def _run_here(self, message: OutboxMessage) -> StepContext | None:
+        claimed = self._claimed.get(message.envelope.message_id)
+        if claimed is not None:
+            self._here.add(message.envelope.message_id)
+        return claimed
 
     def _free(self) -> bool:
         return self._busy < self.size and not self._waiting
@@ -314,3 +335,19 @@ class StepIntake:
             task.cancel()
         if self._running:
             await asyncio.wait(set(self._running), timeout=5)
+
+
+def run_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
+    """The claim of this step, if a :class:`StepIntake` of this process took its wake-up and
+    claimed it in ``conn``'s transaction so far: the caller then finishes the step in this same
+    transaction, under that claim, instead of the intake starting its handler after the commit
+    (one write transaction fewer). None: no such claim (no intake took it, or the step was not
+    free); the step goes its usual way.
+
+    The caller must finish the step (a fenced commit that takes it out of RUNNING, which ends
+    its attempt) or let the transaction roll back: a claim taken over here and left RUNNING
+    is started by nobody until its lease runs out and the scanner wakes it."""
+    taken = taken_wakeup(conn, tenant_id, run_id, step_id)
+    if taken is None or not isinstance(taken[0], StepIntake):
+        return None
+    return taken[0]._run_here(taken[1])

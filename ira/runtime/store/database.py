@@ -114,6 +114,19 @@ async def settle_taken(conn: AsyncConnection, taken: dict[str, str],
             await listener.taken(conn, message)
 
 
+def taken_wakeup(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str
+                 ) -> tuple[CommitListener, OutboxMessage] | None:
+    """The listener that took, in ``conn``'s transaction so far, the wake-up of this step, and
+    that message (``StepIntake.run_here``); None if no listener took one."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    for listener, message in written.taken.values() if written is not None else ():
+        envelope = message.envelope
+        if (envelope.tenant_id, envelope.payload.get("run_id"), envelope.payload.get("step_id")) == (
+                tenant_id, run_id, step_id):
+            return listener, message
+    return None
+
+
 def lease_at_insert(conn: AsyncConnection, message_id: str) -> datetime | None:
     """The lease's end under which the listener that took ``message_id`` in this transaction
     lets the store insert its step already claimed (``ClaimsAtInsert``); None if it does not."""

@@ -7,7 +7,8 @@ Every later write by that owner names the epoch, and the store refuses lower one
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -233,6 +234,19 @@ class RunningAttempt:
 
 
 RUNNING_ATTEMPT: ContextVar[RunningAttempt | None] = ContextVar("ira_running_attempt", default=None)
+
+
+@contextmanager
+def running_attempt(claim: Claim) -> Iterator[RunningAttempt]:
+    """This task runs ``claim``'s attempt while the block runs, as the dispatcher sets it around
+    a handler: for a step finished in the transaction that claimed it (``intake.run_here``),
+    whose fenced commit then ends the attempt with it (:func:`end_attempt_in_commit`)."""
+    attempt = RunningAttempt(claim)
+    token = RUNNING_ATTEMPT.set(attempt)
+    try:
+        yield attempt
+    finally:
+        RUNNING_ATTEMPT.reset(token)
 
 
 async def end_attempt_in_commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> None:
