@@ -29,6 +29,7 @@ ignores a flapping group's follow-ups with the count as basis.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pydantic import AwareDatetime
@@ -72,8 +73,10 @@ class Subscription(Model):
     updated_at: AwareDatetime
 
 
-class FollowUp(Model):
-    """One follow-up alert event, with the incident as it left it."""
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """One follow-up alert event, with the incident as it left it. A plain dataclass: built by
+    triage from values already validated, once per follow-up, and never crosses a boundary."""
 
     name: str
     status: AlertStatus
@@ -83,7 +86,7 @@ class FollowUp(Model):
     incident_version: int
     firing_count: int
     severity: Severity
-    at: AwareDatetime
+    at: datetime
     traceparent: str | None = None
 
 
@@ -112,11 +115,16 @@ def counted(sub: Subscription, flips: FollowUpFlips, *, now: datetime) -> Subscr
     return sub.model_copy(update={"flips": flips.transitions, "flips_since": flips.since, "updated_at": now})
 
 
-def fold(sub: Subscription, follow_up: FollowUp, *, interval: timedelta) -> Subscription:
-    """``sub`` with ``follow_up`` folded into its pending changes, and when they are due."""
+def fold(sub: Subscription, follow_up: FollowUp, *, interval: timedelta,
+         flips: FollowUpFlips | None = None) -> Subscription:
+    """``sub`` with ``follow_up`` folded into its pending changes, and when they are due; with
+    ``flips``, also :func:`counted` (one copy of the subscription per follow-up, not three)."""
     changes = _folded(sub.changes or IncidentChanges(), follow_up)
-    pending = sub.model_copy(update={"changes": changes, "updated_at": follow_up.at})
-    return pending.model_copy(update={"due_at": _due_at(sub, pending, now=follow_up.at, interval=interval)})
+    update: dict[str, object] = {"changes": changes, "updated_at": follow_up.at,
+                                 "due_at": _due_at(sub, changes, now=follow_up.at, interval=interval)}
+    if flips is not None:
+        update.update(flips=flips.transitions, flips_since=flips.since)
+    return sub.model_copy(update=update)
 
 
 def _folded(changes: IncidentChanges, f: FollowUp) -> IncidentChanges:
@@ -140,9 +148,11 @@ def _with(names: tuple[str, ...], name: str) -> tuple[str, ...]:
 
 def urgency(sub: Subscription) -> UpdateTrigger | None:
     """A pending change that matters enough to go out now, whatever the interval."""
-    changes = sub.changes
-    if changes is None:
-        return None
+    return None if sub.changes is None else _urgency(sub, sub.changes)
+
+
+def _urgency(sub: Subscription, changes: IncidentChanges) -> UpdateTrigger | None:
+    """:func:`urgency` of ``sub`` were ``changes`` its pending ones."""
     if changes.firing_count == 0 and not sub.sent_resolved:
         return UpdateTrigger.ALL_RESOLVED
     if SEVERITY_RANK[changes.severity] > SEVERITY_RANK[sub.sent_severity]:
@@ -150,8 +160,9 @@ def urgency(sub: Subscription) -> UpdateTrigger | None:
     return None
 
 
-def _due_at(before: Subscription, after: Subscription, *, now: datetime, interval: timedelta) -> datetime:
-    if urgency(after) is not None:
+def _due_at(before: Subscription, changes: IncidentChanges, *, now: datetime, interval: timedelta) -> datetime:
+    """When ``before`` with ``changes`` folded in is due."""
+    if _urgency(before, changes) is not None:
         return now
     if before.changes is not None and before.due_at is not None:
         return before.due_at  # already waiting: the interval since the last update decides

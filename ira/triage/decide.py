@@ -237,8 +237,14 @@ def decide(case: Case, policy: Policy) -> Decision:
 def needs_noise(case: Case) -> bool:
     """A possible run request, or a follow-up to an active run (flapping stops its delivery),
     looks at the noise state; read once per batch for all its groups."""
-    has_run = case.incident is not None and case.incident.active_run_id is not None
-    return case.silence_id is None and (case.status == AlertStatus.FIRING or has_run)
+    return wants_noise(case.status, case.silence_id, case.incident)
+
+
+def wants_noise(status: AlertStatus, silence_id: str | None, incident: IncidentState | None) -> bool:
+    """:func:`needs_noise` of a case with these facts, before it is built (it is built once, with
+    its noise verdict, not built again with it)."""
+    has_run = incident is not None and incident.active_run_id is not None
+    return silence_id is None and (status == AlertStatus.FIRING or has_run)
 
 
 def duplicate(first_event_id: str) -> Decision:

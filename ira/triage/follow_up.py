@@ -49,9 +49,10 @@ class FollowUps:
         delivered = decision.decision == DecisionKind.DELIVER
         if sub is None or flips is None or not (delivered or decision.reason == Reason.FLAPPING):
             return None
-        sub = counted(sub, flips, now=follow_up.at)
         if delivered:
-            sub = fold(sub, follow_up, interval=self._settings.update_interval)
+            sub = fold(sub, follow_up, interval=self._settings.update_interval, flips=flips)
+        else:
+            sub = counted(sub, flips, now=follow_up.at)
         pending.subscribed(sub)
         if not delivered:
             return None

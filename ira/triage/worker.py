@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -55,7 +55,7 @@ from ira.triage.decide import (
     decide,
     duplicate,
     incident_effect,
-    needs_noise,
+    wants_noise,
 )
 from ira.triage.follow_up import FollowUps, follow_up_of
 from ira.triage.incident import alert_state, changed, is_quiet_over, opened
@@ -208,12 +208,13 @@ class TriageHandler:
             incident = IncidentState(incident_id=view.incident.incident_id, version=view.incident.version,
                                      firing_count=view.incident.firing_count, alert=view.alert,
                                      active_run_id=view.active_run_id)
-        case = Case(status=alert.status, severity=alert.severity, state_at=store.state_at(alert), now=grouped.now,
-                    incident=incident, last_run_at=view.last_run_at, silence_id=silence.id if silence else None,
-                    flips=self._follow_ups.flips(sub, alert, view, now=grouped.now) if sub is not None else None)
-        if needs_noise(case):
-            case = replace(case, noise=await self._verdict(pending, alert.tenant_id, grouped.group_key))
-        return case
+        silence_id = silence.id if silence else None
+        flips = self._follow_ups.flips(sub, alert, view, now=grouped.now) if sub is not None else None
+        noise = None
+        if wants_noise(alert.status, silence_id, incident):
+            noise = await self._verdict(pending, alert.tenant_id, grouped.group_key)
+        return Case(status=alert.status, severity=alert.severity, state_at=store.state_at(alert), now=grouped.now,
+                    incident=incident, last_run_at=view.last_run_at, silence_id=silence_id, noise=noise, flips=flips)
 
     async def _verdict(self, pending: Pending, tenant_id: str, key: str) -> NoiseVerdict | None:
         """The group's noise verdict, read once per batch (it is advisory and changes slowly)."""
