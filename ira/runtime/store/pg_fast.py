@@ -42,10 +42,8 @@ import asyncpg
 from sqlalchemy import exc
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.sql.selectable import Select
 
-from ira.runtime.store.plans import NO_COLUMNS, FastResult, Plan, Plans, call_parameters
+from ira.runtime.store.plans import NO_COLUMNS, PLANNABLE, FastResult, Plan, Plans, call_parameters
 
 _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 _PLANS = Plans(caller_lists=True)
@@ -149,7 +147,7 @@ class FastConnection(AsyncConnection):
     def _fast(self, statement: Any, parameters: Any, execution_options: Any
               ) -> tuple[Plan, AsyncAdapt_asyncpg_connection, Any] | None:
         """(plan, the adapter, parameters: a mapping, or a list of them for executemany)."""
-        if execution_options or not isinstance(statement, Select | UpdateBase) or statement._execution_options:
+        if execution_options or not isinstance(statement, PLANNABLE) or statement._execution_options:
             return None
         sync = self.sync_connection
         if sync is None or sync.closed or sync.invalidated or sync._has_events or sync.engine._has_events \

@@ -21,6 +21,8 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.sql.selectable import CompoundSelect, Select
 
 SEEN_ONCE = 256
 """Statement objects remembered after their first execution (strong references, bounded)."""
@@ -31,6 +33,10 @@ Value = tuple[int, Any, Callable[[Any], Any] | None]
 """Where a positional parameter comes from: (0, key) the caller's parameters, (1, value) the
 statement's own bound value, (2, callable) a value computed per execution, (3, (key, i)) item
 ``i`` of the caller's list ``key`` (an ``IN`` list); and its processor."""
+
+PLANNABLE = (Select, CompoundSelect, UpdateBase)
+"""The statement kinds a plan is made for, on both drivers (a ``union_all`` too: its parts'
+parameters compile positionally as a ``SELECT``'s do); anything else keeps SQLAlchemy's path."""
 
 NO_COLUMNS = SimpleResultMetaData([])
 """The metadata of a result without columns (an UPDATE's): shared, as a plan's own is."""

@@ -32,13 +32,11 @@ from typing import Any
 from sqlalchemy import exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.sql.selectable import CompoundSelect, Select
 
-from ira.runtime.store.plans import NO_COLUMNS, FastResult, Plan, Plans, call_parameters
+from ira.runtime.store.plans import NO_COLUMNS, PLANNABLE, FastResult, Plan, Plans, call_parameters
 from ira.runtime.store.sqlite_driver import OneHopConnection, run_statement
 
 _PLANS = Plans(caller_lists=False)
-_PLANNABLE = (Select, CompoundSelect, UpdateBase)
 
 
 class FastConnection(AsyncConnection):
@@ -88,7 +86,7 @@ class FastConnection(AsyncConnection):
     def _fast(self, statement: Any, parameters: Any, execution_options: Any
               ) -> tuple[Plan, sqlite3.Connection, Any] | None:
         """(plan, sqlite3 connection, parameters: a mapping, or a list of them for executemany)."""
-        if execution_options or not isinstance(statement, _PLANNABLE) or statement._execution_options:
+        if execution_options or not isinstance(statement, PLANNABLE) or statement._execution_options:
             return None
         sync = self.sync_connection
         if sync is None or sync.closed or sync._has_events or sync.engine._has_events or sync.dialect._has_events \
