@@ -88,10 +88,13 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     return run
 
 
+_OPEN_RUN = select(runs_table).where(_r.tenant_id == bindparam("k_tenant"), _r.incident_id == bindparam("k_incident"),
+                                     _r.state.not_in(TERMINAL_RUN_STATES)).order_by(_r.created_at.desc()).limit(1)
+"""Built once, as ``_EXISTING``: every one-alert follow-up of an incident reads it."""
+
+
 async def open_run_for(conn: AsyncConnection, tenant_id: str, incident_id: str) -> Run | None:
-    row = (await conn.execute(select(runs_table).where(
-        runs_table.c.tenant_id == tenant_id, runs_table.c.incident_id == incident_id,
-        runs_table.c.state.not_in(TERMINAL_RUN_STATES)).order_by(runs_table.c.created_at.desc()).limit(1))).first()
+    row = (await conn.execute(_OPEN_RUN, {"k_tenant": tenant_id, "k_incident": incident_id})).first()
     return run_from_row(row) if row else None
 
 

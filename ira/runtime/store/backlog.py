@@ -37,10 +37,9 @@ async def read_backlog(conn: AsyncConnection, *, now: datetime) -> Backlog:
     """Every tenant's queues (the operator's view, not a tenant's): three aggregates, each read
     from a partial index over just the waiting rows (``ix_approvals_pending`` ...), so a scan
     costs the size of the queue, not of the table's history."""
-    return Backlog(
-        approvals_waiting=await _queue(conn, approvals.c.created_at, APPROVAL_PENDING, now=now),
-        operations_unknown=await _queue(conn, operations.c.updated_at, OPERATION_UNKNOWN, now=now),
-        deliveries_pending=await _queue(conn, deliveries.c.created_at, DELIVERY_PENDING, now=now))
+    return Backlog(approvals_waiting=await _queue(conn, _APPROVALS, now=now),
+                   operations_unknown=await _queue(conn, _OPERATIONS, now=now),
+                   deliveries_pending=await _queue(conn, _DELIVERIES, now=now))
 
 
 def queue_query(since: Any, waiting: Any) -> Select[tuple[int, Any]]:
@@ -48,8 +47,15 @@ def queue_query(since: Any, waiting: Any) -> Select[tuple[int, Any]]:
     return select(func.count(), func.min(since)).where(waiting)
 
 
-async def _queue(conn: AsyncConnection, since: Any, waiting: Any, *, now: datetime) -> Queue:
-    count, oldest = (await conn.execute(queue_query(since, waiting))).one()
+_APPROVALS = queue_query(approvals.c.created_at, APPROVAL_PENDING)
+_OPERATIONS = queue_query(operations.c.updated_at, OPERATION_UNKNOWN)
+_DELIVERIES = queue_query(deliveries.c.created_at, DELIVERY_PENDING)
+"""Built once: read every scanner pass, and on PostgreSQL only a statement that comes back runs
+on a prepared statement (``pg_fast``); built per call the three cost ~3x the CPU."""
+
+
+async def _queue(conn: AsyncConnection, query: Select[tuple[int, Any]], *, now: datetime) -> Queue:
+    count, oldest = (await conn.execute(query)).one()
     if not count or oldest is None:
         return Queue()
     if oldest.tzinfo is None:  # SQLite hands back naive datetimes

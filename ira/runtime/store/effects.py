@@ -15,23 +15,25 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select, tuple_, update
+from sqlalchemy import bindparam, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.runtime.store.schema import inbox, outbox
 
 MAX_DOUBLINGS = 3
 _o = outbox.c
+_WATCHED = select(_o.id, _o.tenant_id, _o.message_id, _o.awaits, _o.resends, _o.topic).where(
+    _o.awaits.is_not(None), _o.sent_at.is_not(None), _o.sent_at <= bindparam("sent_by"),
+    or_(_o.check_at.is_(None), _o.check_at <= bindparam("now"))).order_by(_o.id).limit(bindparam("limit"))
+_UNSENT = select(_o.topic, func.count(), func.min(_o.created_at)).where(_o.sent_at.is_(None)).group_by(_o.topic)
+"""The scanner's reads, every pass, built once: on PostgreSQL only a statement that comes back
+runs on a prepared statement (``pg_fast``); built per call each cost ~3x the CPU."""
 
 
 async def resend_unapplied(conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int) -> Counter[str]:
     """Settle up to ``limit`` watched rows sent at least ``after`` ago: end the watch of those
     applied, put the others back to unsent. Returns how many were re-sent, per topic."""
-    rows = (await conn.execute(
-        select(_o.id, _o.tenant_id, _o.message_id, _o.awaits, _o.resends, _o.topic)
-        .where(_o.awaits.is_not(None), _o.sent_at.is_not(None), _o.sent_at <= now - after,
-               or_(_o.check_at.is_(None), _o.check_at <= now))
-        .order_by(_o.id).limit(limit))).all()
+    rows = (await conn.execute(_WATCHED, {"sent_by": now - after, "now": now, "limit": limit})).all()
     if not rows:
         return Counter()
     applied = await _applied(conn, [(r.tenant_id, r.awaits, r.message_id) for r in rows])
@@ -61,8 +63,7 @@ async def _applied(conn: AsyncConnection, keys: list[tuple[str, str, str]]) -> s
 async def unsent_by_topic(conn: AsyncConnection, *, now: datetime) -> dict[str, tuple[int, timedelta]]:
     """Per topic: rows waiting for the relay, and how long the oldest has waited (the ingest
     outbox's depth and age are the ``ira.alerts.v1`` entry)."""
-    found = await conn.execute(select(_o.topic, func.count(), func.min(_o.created_at))
-                               .where(_o.sent_at.is_(None)).group_by(_o.topic))
+    found = await conn.execute(_UNSENT)
     return {topic: (count, now - _aware(oldest)) for topic, count, oldest in found}
 
 

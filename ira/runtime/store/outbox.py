@@ -227,9 +227,13 @@ _MARK_SENT = (
     .values(sent_at=bindparam("at", type_=outbox.c.sent_at.type), claimed_until=None)
 )
 
+_OLDEST_UNSENT = select(func.min(outbox.c.created_at)).where(outbox.c.sent_at.is_(None))
+"""Built once: read every scanner pass (see ``timers._DUE``)."""
+
+
 async def oldest_unsent_age(conn: AsyncConnection, *, now: datetime) -> timedelta | None:
     """How long the oldest unsent row has waited (the relay's health, exported as a metric)."""
-    oldest = (await conn.execute(select(func.min(outbox.c.created_at)).where(outbox.c.sent_at.is_(None)))).scalar()
+    oldest = (await conn.execute(_OLDEST_UNSENT)).scalar()
     if oldest is None:
         return None
     if oldest.tzinfo is None:  # aggregate results bypass the column type on SQLite

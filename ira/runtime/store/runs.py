@@ -40,6 +40,10 @@ from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_ste
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
 _RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
 _SELECT_RUN = select(runs).where(_RUN_KEY)
+_BY_KEY = select(runs).where(runs.c.tenant_id == bindparam("k_tenant"), runs.c.idempotency_key == bindparam("k_key"))
+_NUMBER_EVENTS = update(runs).where(_RUN_KEY).values(last_seq=runs.c.last_seq + bindparam("n_events", type_=Integer)) \
+    .returning(runs.c.last_seq)
+"""Numbers ``n_events`` events appended without a state check (``append_events``)."""
 _INSERT_EVENTS = insert(events)
 _ENQUEUED_RUN = "ira_enqueued_run"
 
@@ -237,10 +241,7 @@ async def append_events(
 
     The run row's ``last_seq`` is still bumped in one UPDATE, so numbering stays gapless.
     """
-    result = await conn.execute(
-        update(runs).where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
-        .values(last_seq=runs.c.last_seq + len(drafts)).returning(runs.c.last_seq)
-    )
+    result = await conn.execute(_NUMBER_EVENTS, {"k_tenant": tenant_id, "k_run": run_id, "n_events": len(drafts)})
     last_seq = result.scalar()
     if last_seq is None:
         raise NotFoundError(f"run {run_id} not found")
@@ -275,8 +276,7 @@ async def get_run(conn: AsyncConnection, tenant_id: str, run_id: str) -> Run:
 
 
 async def _find_by_key(conn: AsyncConnection, tenant_id: str, key: str) -> Run | None:
-    row = (await conn.execute(
-        select(runs).where(runs.c.tenant_id == tenant_id, runs.c.idempotency_key == key))).first()
+    row = (await conn.execute(_BY_KEY, {"k_tenant": tenant_id, "k_key": key})).first()
     return run_from_row(row) if row else None
 
 
