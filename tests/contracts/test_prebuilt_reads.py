@@ -13,16 +13,20 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.intake import _existing, open_run_for
+from ira.core.budget import BudgetDimension
 from ira.core.commit import EventDraft
 from ira.core.errors import NotFoundError
 from ira.core.events import RunEventType
-from ira.runtime.store import effects, outbox, parked, runs, steps, timers
+from ira.runtime.store import budget, effects, outbox, parked, runs, steps, timers
 from ira.runtime.store.backlog import read_backlog
 from ira.runtime.store.database import Database
 from ira.runtime.store.parked import ParkedRecord, ParkedState
+from tests.contracts.test_ledger import CALLS, balance, run_with_budget
 from tests.contracts.test_store import T0, create, event_seqs, new_run
 
-CALLS: dict[str, Callable[[AsyncConnection], Awaitable[Any]]] = {
+STEPS = BudgetDimension.STEPS
+
+POLLS: dict[str, Callable[[AsyncConnection], Awaitable[Any]]] = {
     "intake._existing": lambda c: _existing(c, "acme", "key", "inc"),
     "intake.open_run_for": lambda c: open_run_for(c, "acme", "inc"),
     "timers.due_timers": lambda c: timers.due_timers(c, now=T0, limit=10),
@@ -43,13 +47,8 @@ async def _append_to_missing_run(conn: AsyncConnection) -> None:
         await runs.append_events(conn, "acme", "run-none", [EventDraft(type=RunEventType.DECISION_REFUSED)], at=T0)
 
 
-@pytest.mark.parametrize("call", sorted(CALLS))
-async def test_a_poll_or_lookup_runs_from_its_plan_once_seen(
-        db: Database, call: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given the call made twice (a statement seen once keeps SQLAlchemy's path)
-    for _ in range(2):
-        async with db.transaction() as conn:
-            await CALLS[call](conn)
+def _sqlalchemys_path(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The statements that take SQLAlchemy's ``execute`` from now on (the fast paths never call it)."""
     slow: list[object] = []
     sqlalchemys = AsyncConnection.execute
 
@@ -58,9 +57,20 @@ async def test_a_poll_or_lookup_runs_from_its_plan_once_seen(
         return await sqlalchemys(self, statement, *args, **kwargs)
 
     monkeypatch.setattr(AsyncConnection, "execute", counted)
+    return slow
+
+
+@pytest.mark.parametrize("call", sorted(POLLS))
+async def test_a_poll_or_lookup_runs_from_its_plan_once_seen(
+        db: Database, call: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the call made twice (a statement seen once keeps SQLAlchemy's path)
+    for _ in range(2):
+        async with db.transaction() as conn:
+            await POLLS[call](conn)
     # When it is made again
+    slow = _sqlalchemys_path(monkeypatch)
     async with db.transaction() as conn:
-        await CALLS[call](conn)
+        await POLLS[call](conn)
     # Then none of its statements took SQLAlchemy's path (one built per call always does)
     assert slow == []
 
@@ -128,3 +138,28 @@ async def test_a_decisions_lookups_find_the_keyed_run_and_the_incidents_open_run
     assert other_key is None
     assert found is not None and found.run_id == keyed.run_id
     assert none is None
+
+
+
+async def test_a_runs_slices_are_funded_from_a_plan_with_the_reservations_they_had(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = await run_with_budget(db, {CALLS: 10, STEPS: 9})
+    slices = {"metrics": {CALLS: 3, STEPS: 2}, "logs": {CALLS: 4}}
+    for _ in range(2):  # the second time funds nothing: seen twice
+        async with db.transaction() as conn:
+            await budget.open_slices(conn, "acme", run_id, slices, at=T0)
+    # When slices are opened again, the reservations' insert planned
+    slow = _sqlalchemys_path(monkeypatch)
+    async with db.transaction() as conn:
+        await budget.open_slices(conn, "acme", run_id, slices, at=T0)
+    assert slow == []
+    async with db.reader() as conn:
+        held = {rid: (r.run_id, r.scope, r.dimension, r.amount, r.state, r.used) for rid, r in [
+            (f"{scope}:{dim.value}", await budget.get_reservation(conn, "acme", f"slice:{run_id}:{scope}:{dim.value}"))
+            for scope, limits in slices.items() for dim in limits]}
+    # Then each slice dimension is one reservation on the root, held, written once
+    assert held == {"metrics:tool_calls": (run_id, "root", CALLS, 3, "reserved", None),
+                    "metrics:steps": (run_id, "root", STEPS, 2, "reserved", None),
+                    "logs:tool_calls": (run_id, "root", CALLS, 4, "reserved", None)}
+    root = await balance(db, run_id)
+    assert root.reserved == 7

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from sqlalchemy import BigInteger, and_, bindparam, insert, select, update
+from sqlalchemy import BigInteger, String, and_, bindparam, column, func, insert, literal, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
@@ -60,6 +61,20 @@ _CLOSE_SLICE = update(budget_reservations).where(
     _OF_SLICE, _slice.c.parent_reservation_id == _res.reservation_id).scalar_subquery()) \
     .returning(_res.run_id, _res.scope, _res.dimension, _res.amount, _res.used)
 """Settles every parent reservation of a slice with what the slice used (settled + still held)."""
+_funded = func.unnest(
+    bindparam("r_ids", type_=postgresql.ARRAY(String)), bindparam("r_dims", type_=postgresql.ARRAY(String)),
+    bindparam("r_amounts", type_=postgresql.ARRAY(BigInteger)),
+).table_valued(column("reservation_id", String), column("dimension", String), column("amount", BigInteger)) \
+    .render_derived(name="funded")
+_FUND_SLICES_PG = postgresql.insert(budget_reservations).from_select(
+    ["tenant_id", "reservation_id", "run_id", "scope", "dimension", "amount", "state", "created_at"],
+    select(bindparam("k_tenant", type_=String), _funded.c.reservation_id, bindparam("k_run", type_=String),
+           literal(ROOT_SCOPE, String), _funded.c.dimension, _funded.c.amount, literal("reserved", String),
+           bindparam("n_at", type_=_res.created_at.type)),
+).on_conflict_do_nothing().returning(_res.reservation_id)
+"""PostgreSQL: ``open_slices``' root reservations, rows as arrays. The rows of one statement
+executed many times with RETURNING take SQLAlchemy's path (~110 µs of CPU more than a prepared
+statement's, ``pg_fast``), once per run; this is one statement whatever their number."""
 
 
 async def open_account(
@@ -178,9 +193,14 @@ async def open_slices(
     hold them all."""
     wanted = {(scope, dim): f"slice:{run_id}:{scope}:{dim.value}"  # reservation ids are unique per tenant
               for scope, limits in slices.items() for dim in limits}
-    new = await _insert_reservations(conn, [
-        _reservation_row(tenant_id, run_id, ROOT_SCOPE, dim, slices[scope][dim], reservation_id=rid, at=at)
-        for (scope, dim), rid in wanted.items()])
+    if conn.dialect.name == "postgresql":
+        new = {r.reservation_id for r in await conn.execute(_FUND_SLICES_PG, {
+            "k_tenant": tenant_id, "k_run": run_id, "n_at": at, "r_ids": list(wanted.values()),
+            "r_dims": [dim.value for _, dim in wanted], "r_amounts": [slices[scope][dim] for scope, dim in wanted]})}
+    else:
+        new = await _insert_reservations(conn, [
+            _reservation_row(tenant_id, run_id, ROOT_SCOPE, dim, slices[scope][dim], reservation_id=rid, at=at)
+            for (scope, dim), rid in wanted.items()])
     funded = {(scope, dim): rid for (scope, dim), rid in wanted.items() if rid in new}
     totals: dict[BudgetDimension, int] = {}
     for scope, dim in funded:
