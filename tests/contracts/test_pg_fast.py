@@ -213,7 +213,9 @@ async def test_a_statement_cancelled_while_it_waits_for_a_lock_stops_on_the_serv
 
         # When a task whose UPDATE waits for that lock is cancelled
         task = asyncio.create_task(move())
-        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        # lock waits of the sessions using this test's table only: other suites may share the server
+        waiting = ("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() AND pid IN "
+                   "(SELECT pid FROM pg_locks WHERE relation = 'probe'::regclass)")
         deadline = asyncio.get_running_loop().time() + 10
         while await holder.fetchval(waiting) == 0:
             assert asyncio.get_running_loop().time() < deadline, "the UPDATE never waited"

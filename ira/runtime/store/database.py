@@ -29,6 +29,7 @@ from ira.core.commit import OutboxMessage
 from ira.core.run import Claim, Run, Step
 from ira.runtime.store import pg_fast, sqlite_driver
 from ira.runtime.store.sqlite_writer import SQLiteWriter
+from ira.runtime.store.wal_checkpoint import WalCheckpointer
 
 log = logging.getLogger(__name__)
 _WRITTEN = "ira_outbox_written"
@@ -178,8 +179,9 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
+        # wal_autocheckpoint=0: no commit checkpoints; the Database's WalCheckpointer does, on its thread
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={sqlite_driver.BUSY_TIMEOUT_MS}",
-                       "foreign_keys=ON"):
+                       "foreign_keys=ON", "wal_autocheckpoint=0"):
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
@@ -241,6 +243,9 @@ class Database:
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = SQLiteWriter(engine) if self.dialect == "sqlite" else None
+        path = engine.url.database if self.dialect == "sqlite" else None
+        self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
+        """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""
         self._listeners: list[CommitListener] = []
 
     @classmethod
@@ -291,6 +296,8 @@ class Database:
         finally:
             if not committed:
                 _tell_abandoned(written)
+        if self.wal_checkpointer is not None:
+            self.wal_checkpointer.written()
         for callback in written.after_commit:
             try:
                 callback()
@@ -373,6 +380,8 @@ class Database:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        if self.wal_checkpointer is not None:
+            await asyncio.to_thread(self.wal_checkpointer.stop)
         if self._writer is not None:
             await self._writer.close()
         await self.engine.dispose()

@@ -1,0 +1,76 @@
+"""SQLite's WAL is checkpointed on the Database's own thread, never by a commit (store/wal_checkpoint.py).
+
+What must hold: a write transaction's commit copies nothing into the database file (that copy
+and its fsyncs stalled the event loop for 5-50 ms once in ~100 commits); the checkpointer
+thread does it soon after the writes; closing the Database ends the thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from ira.runtime.store.database import Database
+from tests.eventually import eventually
+
+PAYLOAD = "x" * 3000  # a row of most of a 4 KiB page: 1,500 rows are well past SQLite's 1,000-page threshold
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path):  # type: ignore[no-untyped-def]
+    db = Database.create(f"sqlite:///{tmp_path / 'ira.db'}")
+    async with db.transaction() as conn:
+        await conn.execute(text("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+    yield db, tmp_path / "ira.db"
+    await db.close()
+
+
+async def _write(db: Database, rows: int) -> None:
+    for _ in range(0, rows, 100):
+        async with db.transaction() as conn:
+            await conn.execute(text("INSERT INTO blobs (body) VALUES (:body)"), [{"body": PAYLOAD}] * 100)
+
+
+def _checkpointer_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("ira-wal-checkpoint")]
+
+
+async def test_commits_leave_the_wal_to_the_checkpointer(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    db, path = sqlite_db
+    checkpointer = db.wal_checkpointer
+    assert checkpointer is not None
+    checkpointer.stop()  # nothing checkpoints now but a commit, if commits still did
+    checkpointer.written = lambda: None  # type: ignore[method-assign]
+    size = path.stat().st_size
+    await _write(db, 1500)
+    assert path.stat().st_size == size, "a commit copied the WAL into the database file"
+    assert Path(f"{path}-wal").stat().st_size > 1000 * 4096
+
+
+async def test_the_checkpointer_copies_the_writes_soon_after_them(sqlite_db) -> None:  # type: ignore[no-untyped-def]
+    db, path = sqlite_db
+    checkpointer = db.wal_checkpointer
+    assert checkpointer is not None
+    size = path.stat().st_size
+    await _write(db, 1500)
+
+    def all_copied() -> bool:
+        last = checkpointer.last
+        return last is not None and last[0] == 0 and last[1] == last[2] and path.stat().st_size > size + 1000 * 4096
+
+    await eventually(all_copied, timeout=10)
+    assert _checkpointer_threads()
+    async with db.reader() as conn:  # the rows are where they were, read through the database
+        assert (await conn.execute(text("SELECT count(*) FROM blobs"))).scalar_one() == 1500
+
+
+async def test_closing_the_database_ends_its_checkpointer(tmp_path: Path) -> None:
+    db = Database.create(f"sqlite:///{tmp_path / 'ira.db'}")
+    async with db.transaction() as conn:
+        await conn.execute(text("CREATE TABLE t (n INTEGER)"))
+    assert db.wal_checkpointer is not None and any(str(tmp_path) in t.name for t in _checkpointer_threads())
+    await db.close()
+    assert not any(str(tmp_path) in t.name for t in _checkpointer_threads())
