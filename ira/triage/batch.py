@@ -31,7 +31,7 @@ from ira.triage import store, subscription_store
 from ira.triage.coalesce import Subscription, is_due, sent
 from ira.triage.decide import AlertState, NoiseVerdict
 from ira.triage.incident import closed
-from ira.triage.store import IncidentRecord, Lookup
+from ira.triage.store import IncidentRecord, Lookup, evaluation_row
 
 GroupRef = tuple[str, str]
 """(tenant_id, group_key)"""
@@ -186,7 +186,7 @@ class Pending:
               state: AlertState | None, outbox: OutboxMessage | None) -> None:
         """Record one applied event: its alert row, evaluation, new alert state and message."""
         self._alert_rows.append(row)
-        self._evaluation_rows.append(evaluation.model_dump())
+        self._evaluation_rows.append(evaluation_row(evaluation))
         self._identities[(alert.tenant_id, alert.source_id, alert.source_event_id)] = (
             alert.event_id, row["incident_id"])
         if state is not None and row["incident_id"]:
@@ -201,7 +201,7 @@ class Pending:
 
     def duplicate(self, evaluation: Evaluation) -> None:
         """A known source identity: only its evaluation is stored."""
-        self._evaluation_rows.append(evaluation.model_dump())
+        self._evaluation_rows.append(evaluation_row(evaluation))
         self._last_at = evaluation.at
 
     async def flush(self, conn: AsyncConnection, *, send: Callable[[Subscription, datetime], OutboxMessage]) -> None:

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.alert import AlertEvent, AlertStatus, Severity
+from ira.core.alert import AlertEvent, AlertStatus, Evaluation, Severity
 from ira.core.errors import ConcurrentUpdateError
 from ira.core.model import Model
 from ira.core.states import TERMINAL_RUN_STATES, IncidentStatus
@@ -345,3 +345,10 @@ def alert_row(alert: AlertEvent, *, group_key: str, incident_id: str | None) -> 
         "incident_id": incident_id, "status": alert.status, "severity": alert.severity, "name": alert.name,
         "state_at": state_at(alert), "received_at": alert.received_at, "payload": alert.model_dump(mode="json"),
     }
+
+
+def evaluation_row(evaluation: Evaluation) -> dict[str, Any]:
+    """The ``decisions`` row of ``evaluation``: its fields as they are. ``model_dump`` gave the same
+    values (its basis holds plain JSON values, built for it) after walking and copying every one of
+    them, once per event."""
+    return dict(evaluation.__dict__)
