@@ -81,8 +81,10 @@ def _stop(*_: Any) -> None:
     report = {"samples": sum(tasks.values()), "every_s": SAMPLE_EVERY,
               "tasks": [{"task": task, "samples": count, "top": frames[task].most_common(8)}
                         for task, count in tasks.most_common()]}
-    with open(os.environ.get("BENCH_TASK_SAMPLES", "task-samples.json"), "w") as out:
+    path = os.environ.get("BENCH_TASK_SAMPLES", "task-samples.json")
+    with open(f"{path}.part", "w") as out:  # renamed when whole: the bench waits for the name
         json.dump(report, out, indent=1)
+    os.replace(f"{path}.part", path)
 
 
 def main() -> None:
