@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from ira.runtime.store import sqlite_fast
+from ira.runtime.store import plans, sqlite_fast
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import UtcDateTime
 from tests.store_fixtures import statements
@@ -154,3 +154,29 @@ async def test_statement_listeners_see_every_statement(sqlite_db: Database) -> N
             await conn.execute(BY_ID, {"k_id": "t1"})
             await conn.execute(BY_ID, {"k_id": "t2"})
     assert len([s for s in seen if s.startswith("SELECT fast_things.id")]) == 2
+
+
+def test_a_plans_parameters_are_sqlalchemys_for_every_kind_of_source(sqlite_db: Database) -> None:
+    """The plan's generated ``row`` gives the positional parameters SQLAlchemy's execution context
+    builds: the caller's values through their type's processor (aware datetime, JSON) or none
+    (String, Integer, None passed as is), the statement's own bound value, a callable's value."""
+    dialect = sqlite_db.engine.sync_engine.dialect
+    statement = update(things).where(things.c.id == bindparam("k_id"), things.c.state == "open").values(
+        n=bindparam("n"), at=bindparam("at"), data=bindparam("data"),
+        state=bindparam("new_state", callable_=lambda: "called"))
+    params = {"k_id": "t1", "n": None, "at": T0 + timedelta(hours=1), "data": {"a": [1, None]}}
+    _, plan = plans._compile(statement, dialect, frozenset(params), params, False, False)
+    assert plan is not None and {kind for kind, _, _ in plan.values} == {0, 1, 2}
+    compiled = statement.compile(dialect=dialect, column_keys=sorted(params))
+    constructed = compiled.construct_params(params)
+    processors = compiled._bind_processors
+    assert compiled.positiontup is not None
+    expected = tuple(processors[name](constructed[name]) if name in processors else constructed[name]
+                     for name in compiled.positiontup)
+    assert plan.row(params) == expected
+    assert [type(v) for v in plan.row(params)] == [type(v) for v in expected]
+    assert plan.row({**params, "k_id": "t2"})[-2:] == ("t2", "open")
+    listed = {"ids": ["t3", "t1", "t2"]}  # a caller's IN list, planned per length (PostgreSQL's plans)
+    _, by_list = plans._compile(AMONG, dialect, frozenset(listed), listed, False, True)
+    assert by_list is not None and {kind for kind, _, _ in by_list.values} == {3}
+    assert by_list.row(listed) == ("t3", "t1", "t2") and by_list.row({"ids": ["x", "y", "z"]}) == ("x", "y", "z")
