@@ -46,7 +46,8 @@ from ira.core.report import TicketDraft
 from ira.core.run import Run
 from ira.core.states import ApprovalState, OperationFact, RunState, StepState
 from ira.core.ticket import Ticket, TicketRequest
-from ira.runtime.dispatch import StepContext
+from ira.runtime import runtrace
+from ira.runtime.dispatch import StepContext, attempt_attributes
 from ira.runtime.intake import run_here
 from ira.runtime.store import runs, steps, timers
 
@@ -109,7 +110,9 @@ async def _complete_here(deps: Deps, conn: AsyncConnection, run: Run) -> bool:
     if ctx is None:
         return False
     now = deps.clock.now()
-    with steps.running_attempt(ctx.claim):
+    # the attempt's span as the dispatcher opens one: the run's trace shows its complete step
+    with runtrace.run_span(f"step {COMPLETE}", ctx.run.traceparent, attributes=attempt_attributes(ctx)), \
+            steps.running_attempt(ctx.claim):
         try:
             await charge_step(conn, ctx.claim, config=deps.config, at=now)
         except BudgetExhaustedError as exc:  # the step ends the run for it, on its own

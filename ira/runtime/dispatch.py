@@ -119,7 +119,7 @@ class StepDispatcher:
         # within a few milliseconds, far before their lease's first renewal is due, so the
         # renewal is a timer that starts a task only once it is due (_Lease), and a lost lease
         # cancels this task, which takes the cancellation back here (Task.uncancel).
-        with runtrace.run_span(f"step {ctx.step.kind}", ctx.run.traceparent, attributes=_attempt_attributes(ctx)) \
+        with runtrace.run_span(f"step {ctx.step.kind}", ctx.run.traceparent, attributes=attempt_attributes(ctx)) \
                 as span:
             attempt = steps.RunningAttempt(ctx.claim)
             lease = _Lease(self, ctx.claim)
@@ -199,7 +199,7 @@ class StepDispatcher:
             await steps.end_attempt(conn, c, outcome="failed", now=self.clock.now(), error=error)
 
 
-def _attempt_attributes(ctx: StepContext) -> dict[str, str | int]:
+def attempt_attributes(ctx: StepContext) -> dict[str, str | int]:
     c = ctx.claim
     return {"ira.tenant_id": c.tenant_id, "ira.run_id": c.run_id, "ira.step_id": c.step_id,
             "ira.step.kind": ctx.step.kind, "ira.owner_epoch": c.owner_epoch, "ira.attempt_id": c.attempt_id,
