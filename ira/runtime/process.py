@@ -66,7 +66,9 @@ async def run_dev(
         say(f"ready     {url}  (roles: {', '.join(names)})")
         say(ready_block(settings, url=url, demo=demo))
         if demo:
-            background.add(asyncio.create_task(play_demo(settings, url=url, speedup=30.0, say=say)))
+            task = asyncio.create_task(play_demo(settings, url=url, speedup=30.0, say=say))
+            task.add_done_callback(lambda done: _say_failure(done, say))
+            background.add(task)
 
     try:
         async with AsyncExitStack() as stack:
@@ -90,6 +92,12 @@ async def run_dev(
         shutdown_tracing(tracer)
     say("stopped")
     return code
+
+
+def _say_failure(task: asyncio.Task[object], say: Say) -> None:
+    """A background task's unexpected error, said where the person reads (not lost with the task)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        say(f"demo      failed: {type(exc).__name__}: {exc}")
 
 
 def child_counts(settings: Settings, roles: Sequence[Role]) -> dict[str, int]:

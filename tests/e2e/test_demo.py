@@ -55,7 +55,8 @@ async def test_ira_dev_demo_plays_the_bundle_to_an_approved_ticket(tmp_path: Pat
         assert proc.wait(timeout=30) == 0
         shown = (tmp_path / "dev.log").read_text()
         assert "log in with the token dev-admin-token" in shown and "ira dev --fresh" in shown
-        assert "demo      run started:" in shown
+        said = [line for line in shown.splitlines() if line.startswith("demo ")]
+        assert any(line.startswith("demo      run started:") for line in said), said
     finally:
         if proc.poll() is None:
             proc.kill()
