@@ -1,6 +1,7 @@
 """Benchmark: round trips and statements per durable step on PostgreSQL (JSON lines).
 
 Usage: python bench/round_trips.py [--database-url postgresql://...] [--chain 2,30] [--repeats 3]
+                                   [--incident N]
 
 bench/engine.py's ira stack (relay, scanner, broker) runs chains of no-op steps; what one step
 sends to PostgreSQL is counted in the step's own task (its handler's fenced commit, which also
@@ -15,6 +16,13 @@ claims the next step: eager dispatch), so the relay's polls and the bench's own 
                    figure to quote).
 
 Per step = the slope between the shortest and the longest chain (a run's fixed cost drops out).
+
+With ``--incident N`` (after the chains): N incident runs (instant investigators: three branches,
+join, synthesize, approval) taken one at a time to their approval wait, then approved at once
+(``IraEngine.approve_all``); counted in every step's task (``StepDispatcher.run_claimed`` and
+``handle_wakeup``: the claims, handlers and their commits) and in the approvals' own transactions,
+per run: ``incident_to_waiting`` and ``incident_approve`` (the decision's transaction that
+creates the run is a consumer's, not counted).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from sqlalchemy.engine import make_url
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
+from ira.runtime.dispatch import StepDispatcher
 
 _COUNTING = contextvars.ContextVar("counting", default=False)
 _SEEN: Counter[str] = Counter()
@@ -58,6 +67,45 @@ def _count_writes(port: int) -> None:
     selector_events._SelectorSocketTransport.write = counted  # type: ignore[method-assign]
 
 
+def _count_in_dispatch(counting: list[bool]) -> None:
+    """Every step task (claimed in a commit or woken through the broker) counts while ``counting[0]``."""
+    run_claimed, handle_wakeup = StepDispatcher.run_claimed, StepDispatcher.handle_wakeup
+
+    async def claimed(self: StepDispatcher, ctx: Any) -> None:
+        if counting[0]:
+            _COUNTING.set(True)
+        await run_claimed(self, ctx)
+
+    async def woken(self: StepDispatcher, envelope: Any) -> None:
+        if counting[0]:
+            _COUNTING.set(True)
+        await handle_wakeup(self, envelope)
+
+    StepDispatcher.run_claimed = claimed  # type: ignore[method-assign]
+    StepDispatcher.handle_wakeup = woken  # type: ignore[method-assign]
+
+
+async def _incident(ira: engine_ira.IraEngine, runs: int, counting: list[bool]) -> dict[str, float]:
+    """Round trips and statements per incident run, to the approval wait and approve -> completed."""
+    figures: dict[str, float] = {}
+    _SEEN.clear()
+    counting[0] = True
+    for _ in range(runs):
+        await ira.one_run_ms()
+    counting[0] = False
+    figures.update({f"incident_to_waiting_{k}": round(v / runs, 2) for k, v in _SEEN.items()})
+    _SEEN.clear()
+    counting[0] = True
+    token = _COUNTING.set(True)
+    try:
+        approved, _ = await ira.approve_all()
+    finally:
+        _COUNTING.reset(token)
+        counting[0] = False
+    figures.update({f"incident_approve_{k}": round(v / max(approved, 1), 2) for k, v in _SEEN.items()})
+    return figures
+
+
 def _count_in_steps(counting: list[bool]) -> None:
     """A chain step's task counts while ``counting[0]`` (set around the measured chains only)."""
     step = engine_ira.Chains.step
@@ -74,6 +122,9 @@ async def main(args: argparse.Namespace) -> None:
     counting = [False]
     _count_writes(make_url(args.database_url).port or 5432)
     _count_in_steps(counting)
+    if args.incident:
+        _count_in_dispatch(counting)
+    incident: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="ira-bench-") as tmp:
         async with EmbeddedKafka(Path(tmp) / "kafka") as kafka:
             await ensure_topics(kafka.bootstrap, incident_runs.ENV, partitions=3)
@@ -92,6 +143,8 @@ async def main(args: argparse.Namespace) -> None:
                         ms = await ira.chain_ms(n)
                         counting[0] = False
                         samples[n].append({**_SEEN, "ms": ms, "cpu_ms": (time.process_time() - cpu) * 1000})
+                if args.incident:
+                    incident = await _incident(ira, args.incident, counting)
     short, long = min(args.chain), max(args.chain)
     figures = sorted({k for s in samples[long] for k in s})
     per_step = {k: round((statistics.median(s.get(k, 0) for s in samples[long])
@@ -99,6 +152,9 @@ async def main(args: argparse.Namespace) -> None:
                 for k in figures}
     print(json.dumps({"bench": "round_trips", "backend": "postgresql", "per_step": per_step,
                       "chains": [short, long], "repeats": args.repeats}), flush=True)
+    if incident:
+        print(json.dumps({"bench": "round_trips", "backend": "postgresql", "per_incident_run": incident,
+                          "runs": args.incident}), flush=True)
 
 
 def parse() -> argparse.Namespace:
@@ -106,6 +162,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--chain", type=lambda s: [int(n) for n in s.split(",")], default=[2, 30])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--incident", type=int, default=0, help="incident runs to count (0: none)")
     return parser.parse_args()
 
 

@@ -102,6 +102,15 @@ class StepDispatcher:
             run = await runs.get_run(conn, tenant_id, run_id)
         return StepContext(claim=claim, step=step, run=run)
 
+    def claimed_in_commit(self, envelope: Envelope, claim: Claim) -> None:
+        """The span :meth:`claim_in` records, for a claim the store took in the commit that
+        readied the step (``StepIntake.claimed_at_promotion``): the trace shows every claim."""
+        with runtrace.tracer().start_as_current_span(
+                "claim step", context=runtrace.context_of(envelope.traceparent), kind=SpanKind.CLIENT, attributes={
+                    "db.operation.name": "claim", "ira.run_id": claim.run_id, "ira.step_id": claim.step_id,
+                    "ira.claim.won": True}):
+            pass
+
     async def run_claimed(self, ctx: StepContext | None) -> None:
         """Run the handler of a step :meth:`claim_in` claimed (and committed); count a lost one."""
         if ctx is None:

@@ -200,6 +200,12 @@ class StepIntake:
         self._claimed[message.envelope.message_id] = StepContext(claim=claim, step=step, run=run)
         self._inserted.add(message.envelope.message_id)
 
+    def claimed_at_promotion(self, message: OutboxMessage, claim: Claim, step: Step, run: Run) -> None:
+        """The taken step was claimed as its commit readied it (``folded_cas``): no claim
+        statement, no read; its handler starts after the commit, as :meth:`taken`'s would."""
+        self._claimed[message.envelope.message_id] = StepContext(claim=claim, step=step, run=run)
+        self.dispatcher.claimed_in_commit(message.envelope, claim)
+
     def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
         """The transaction that wrote these taken wake-ups did not commit: free their slots."""
         for message in messages:

@@ -15,7 +15,7 @@ from ira.core.clock import FrozenClock
 from ira.core.commit import Fence, NewRun, OutboxMessage, RunCommit, StepChange
 from ira.core.envelope import Envelope
 from ira.core.ports import RawRecord
-from ira.core.states import StepState
+from ira.core.states import RunState, StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.intake import StepIntake
 from ira.runtime.relay import OutboxRelay
@@ -374,6 +374,79 @@ async def test_a_chain_of_eager_steps_costs_one_write_transaction_per_step(
         ended = (await conn.execute(select(func.count()).select_from(attempts).where(
             attempts.c.run_id == run_id, attempts.c.outcome == "finished"))).scalar()
     assert ended == 2 and await relayed(db) == {}
+
+
+async def test_a_step_a_commit_readies_for_this_process_is_claimed_by_its_compare_and_set(db: Database) -> None:
+    # Given an intake for both steps of a run, its join handler held at a gate
+    handled: list[str] = []
+    gate = asyncio.Event()
+
+    async def metrics(ctx: StepContext) -> None:
+        await finish_step(db, ctx)
+
+    async def join(ctx: StepContext) -> None:
+        handled.append(ctx.claim.step_id)
+        await gate.wait()
+        await finish_step(db, ctx)
+
+    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": metrics, "join": join},
+                                       owner="w1"), 4)
+    with intake.eager(db), statements(db) as executed:
+        # When the metrics step's commit readies the join
+        run_id, _ = await create_ready_run(db)
+        await eventually(lambda: handled == ["join"], timeout=10)
+        # Then the join is RUNNING under this process's lease, epoch 1, its attempt started,
+        # and its handler holds that claim
+        async with db.reader() as conn:
+            step = await steps.get_step(conn, "acme", run_id, "join")
+            started = (await conn.execute(select(attempts.c.owner, attempts.c.owner_epoch, attempts.c.ended_at)
+                                          .where(attempts.c.run_id == run_id, attempts.c.step_id == "join"))).all()
+        assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (
+            StepState.RUNNING, "w1", 1, T0 + intake.dispatcher.lease)
+        assert [tuple(r) for r in started] == [("w1", 1, None)]
+        gate.set()
+        await eventually(lambda: not intake._running, timeout=10)
+    assert await step_state(db, run_id) == StepState.DONE
+    async with db.reader() as conn:
+        assert (await steps.get_step(conn, "acme", run_id, "join")).state == StepState.DONE
+    assert intake.dispatcher.stats.claimed == 2 and intake.stats.unpublished == 2 and await relayed(db) == {}
+    # and on PostgreSQL the claim took no statement of its own: the compare-and-set that readied
+    # the join claimed it (SQLite claims it right after, in the same transaction)
+    claims = [s for s in executed if s.startswith("WITH claimed AS (UPDATE steps")
+              or s.startswith("UPDATE steps") and "owner_epoch=(steps.owner_epoch +" in s]
+    assert len(claims) == (0 if db.dialect == "postgresql" else 1), claims
+
+
+async def test_a_step_readied_by_a_commit_that_parks_its_run_is_not_claimed(db: Database) -> None:
+    # Given an intake for the join step of a run whose metrics step is claimed
+    handled: list[str] = []
+    intake = StepIntake(StepDispatcher(db=db, clock=FrozenClock(T0),
+                                       handlers={"join": lambda ctx: _record(ctx, handled)}, owner="w1"), 4)
+    async with db.transaction() as conn:
+        run, _ = await runs.create_run(conn, ready_run().model_copy(update={"state": RunState.RUNNING}), at=T0)
+    run_id = run.run_id
+    async with db.transaction() as conn:
+        claim = await steps.claim_step(conn, "acme", run_id, "metrics", owner="w0", lease=timedelta(seconds=30), now=T0)
+    assert claim is not None
+    with intake.eager(db):
+        # When the metrics step's commit readies the join and pauses the run in the same commit
+        async with db.transaction() as conn:
+            run = await runs.get_run(conn, "acme", run_id)
+            await runs.commit(conn, RunCommit(
+                tenant_id="acme", run_id=run_id, expected_version=run.state_version, state=RunState.PAUSED,
+                fence=Fence(step_id="metrics", owner_epoch=claim.owner_epoch),
+                steps=(StepChange(step_id="metrics", state=StepState.DONE),)), at=T0)
+        await eventually(lambda: not intake._running and not intake._taken, timeout=10)
+    # Then the join is READY, unclaimed (a paused run hands out no work), and nothing ran it
+    async with db.reader() as conn:
+        step = await steps.get_step(conn, "acme", run_id, "join")
+    assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (StepState.READY, None, 0, None)
+    assert handled == [] and intake.dispatcher.stats.claimed == 0
+    assert intake.dispatcher.stats.not_claimable == 1
+
+
+async def _record(ctx: StepContext, handled: list[str]) -> None:
+    handled.append(ctx.claim.step_id)
 
 
 async def test_a_full_intake_goes_on_with_a_run_in_the_slot_its_finishing_step_frees(db: Database) -> None:

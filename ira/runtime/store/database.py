@@ -70,6 +70,10 @@ class ClaimsAtInsert(Protocol):
         """Instead of ``taken``: the step of ``message`` was inserted claimed by ``claim``, as
         ``step``, in the run ``run`` the same transaction created."""
 
+    def claimed_at_promotion(self, message: OutboxMessage, claim: Claim, step: Step, run: Run) -> None:
+        """Instead of ``taken``: the step of ``message`` was claimed by ``claim`` as the same
+        transaction readied it (PostgreSQL: ``folded_cas``), as ``step``; ``run`` as it left it."""
+
 
 @dataclass
 class _Written:
@@ -100,16 +104,20 @@ def take_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> di
 
 
 async def settle_taken(conn: AsyncConnection, taken: dict[str, str],
-                       claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None) -> None:
+                       claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None, *, promoted: bool = False
+                       ) -> None:
     """Let the listeners act, in ``conn``'s transaction, on the messages they took (``taken``);
-    ``claimed``: those whose steps were inserted claimed already (``lease_at_insert``), by message id."""
+    ``claimed``: those whose steps were inserted claimed already (``lease_at_insert``), or
+    claimed as they were readied (``promoted``), by message id."""
     written: _Written | None = conn.info.get(_WRITTEN)
     if written is None:
         return
     for message_id in taken:
         listener, message = written.taken[message_id]
         done = claimed.get(message_id) if claimed else None
-        if done is not None:
+        if done is not None and promoted:
+            listener.claimed_at_promotion(message, *done)  # type: ignore[attr-defined]
+        elif done is not None:
             listener.claimed_at_insert(message, *done)  # type: ignore[attr-defined]
         else:
             await listener.taken(conn, message)

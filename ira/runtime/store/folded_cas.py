@@ -11,6 +11,11 @@ as data-modifying CTEs:
   array per column), so numbering stays gapless (the very row the UPDATE locked and wrote);
 * the BLOCKED steps its finished steps make ready (``step_changes.with_promotions``): one
   conditional UPDATE of them all, ``RETURNING`` the ids it took, which come back with the run;
+* the claim of the one step it readies whose wake-up a listener of this process took and
+  lets the store claim (``claimed_inserts.claims_at_promotion``; the step's eager claim, which
+  was a statement of its own after this one): the promotion leaves it RUNNING under that
+  listener's lease, epoch + 1, and its attempt is inserted, if the run as this statement leaves
+  it hands out work (else it is READY, as the claim would have been refused);
 * its outbox rows, when the run's trace context, which the messages carry, is known before the
   row comes back (``run_traces``): ``INSERT INTO outbox .. SELECT`` as the events, in order. The
   listeners take their messages before the statement and act on them after the commit's other
@@ -37,6 +42,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -44,6 +50,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
     select,
     true,
     update,
@@ -55,18 +62,22 @@ from ira.core.commit import EventDraft, StepChange
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.states import StepState
-from ira.runtime.store.schema import events, outbox, steps
+from ira.runtime.store.schema import attempts, events, outbox, steps
 from ira.runtime.store.step_changes import sources_of
+from ira.runtime.store.steps import CLAIMABLE_RUN_STATES
 
 PROMOTED = "promoted"
 """The column of the folded statement's row that lists the steps it made ready."""
 
 
 @cache
-def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_outbox: bool = False) -> Select[Any]:
+def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_outbox: bool = False,
+                with_claim: bool = False) -> Select[Any]:
     """``bump`` (the compare-and-set, ``RETURNING`` the run's columns) with the INSERT of its
     events, the UPDATE of its promotions, the INSERT of its outbox rows: the run's row back
-    (with ``PROMOTED``), or none if refused. Built once per shape."""
+    (with ``PROMOTED``), or none if refused. ``with_claim``: one of the promotions is claimed
+    by it too (``claims_at_promotion``), its row back in the ``CLAIMED_`` columns. Built once
+    per shape."""
     bumped = bump.cte("bumped")
     writes = []
     if with_events:
@@ -85,17 +96,54 @@ def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_out
     if with_outbox:
         writes.append(_enqueued(bumped))
     columns: list[Any] = [bumped]
+    claimed = None
     if with_promotions:
         promoted = update(steps).where(
             steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
             steps.c.step_id.in_(bindparam("p_ids", expanding=True)),
             steps.c.state.in_(bindparam("p_sources", expanding=True)),
             exists(select(bumped.c.run_id)),
-        ).values(state=bindparam("p_state"), owner=None, lease_until=None, updated_at=bindparam("now")) \
-            .returning(steps.c.step_id).cte(PROMOTED)
+        ).values(**(_claiming(bumped) if with_claim else _readying())) \
+            .returning(*(steps.c if with_claim else (steps.c.step_id,))).cte(PROMOTED)
         writes.append(promoted)
         columns.append(select(func.array_agg(promoted.c.step_id)).scalar_subquery().label(PROMOTED))
-    return select(*columns).add_cte(*writes)
+        if with_claim:
+            claimed = select(promoted).where(promoted.c.state == StepState.RUNNING).subquery("claimed")
+            writes.append(_started(claimed))
+            columns += [c.label(CLAIMED_ + c.name) for c in claimed.c]
+    folded = select(*columns).add_cte(*writes)
+    return folded if claimed is None else folded.select_from(bumped.outerjoin(claimed, true()))
+
+
+CLAIMED_ = "claimed_"
+"""The prefix of the folded statement's columns that hold the step it claimed (``with_claim``)."""
+
+
+def _readying() -> dict[str, Any]:
+    return {"state": bindparam("p_state"), "owner": None, "lease_until": None, "updated_at": bindparam("now")}
+
+
+def _claiming(bumped: Any) -> dict[str, Any]:
+    """The promotions' values when step ``c_step`` is claimed as it is readied: RUNNING, owned,
+    leased, epoch + 1, as the claim's UPDATE right after would leave it (``steps._CLAIM``), if the
+    run as the compare-and-set leaves it hands out work; the others (and it, otherwise) READY."""
+    mine = and_(steps.c.step_id == bindparam("c_step"),
+                select(bumped.c.state).scalar_subquery().in_(CLAIMABLE_RUN_STATES))
+    return {"state": case((mine, StepState.RUNNING), else_=bindparam("p_state")),
+            "owner": case((mine, bindparam("c_owner", type_=steps.c.owner.type)), else_=None),
+            "lease_until": case((mine, bindparam("c_lease_until", type_=steps.c.lease_until.type)), else_=None),
+            "owner_epoch": case((mine, steps.c.owner_epoch + 1), else_=steps.c.owner_epoch),
+            "updated_at": bindparam("now")}
+
+
+def _started(claimed: Any) -> Any:
+    """The claimed step's attempt, started (as ``steps._CLAIM_AND_START`` starts one)."""
+    return insert(attempts).from_select(
+        ["tenant_id", "attempt_id", "run_id", "step_id", "owner", "owner_epoch", "started_at", "usage"],
+        select(claimed.c.tenant_id, bindparam("c_attempt", type_=attempts.c.attempt_id.type), claimed.c.run_id,
+               claimed.c.step_id, claimed.c.owner, claimed.c.owner_epoch,
+               bindparam("now", type_=attempts.c.started_at.type), literal({}, type_=attempts.c.usage.type)),
+    ).cte("started")
 
 
 def _enqueued(bumped: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -25,7 +26,10 @@ def run_from_row(row: Row[Any]) -> Run:
 
 
 def step_from_row(row: Row[Any]) -> Step:
-    m = row._mapping
+    return step_from_mapping(row._mapping)
+
+
+def step_from_mapping(m: Mapping[Any, Any]) -> Step:
     return Step(
         tenant_id=m["tenant_id"], run_id=m["run_id"], step_id=m["step_id"], kind=m["kind"], state=m["state"],
         depends_on=tuple(m["depends_on"]), required=m["required"], owner=m["owner"],

@@ -27,12 +27,12 @@ from ira.core.run import Claim, Run, RunEvent, Step
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
 from ira.runtime.store import run_traces
-from ira.runtime.store.claimed_inserts import claims_at_insert
+from ira.runtime.store.claimed_inserts import claims_at_insert, claims_at_promotion
 from ira.runtime.store.database import settle_taken
-from ira.runtime.store.folded_cas import PROMOTED, event_params, folded_bump, outbox_params, promotion_params
+from ira.runtime.store.folded_cas import CLAIMED_, PROMOTED, event_params, folded_bump, outbox_params, promotion_params
 from ira.runtime.store.outbox import INSERT_OUTBOX as _INSERT_OUTBOX
 from ira.runtime.store.outbox import enqueue, outbox_rows
-from ira.runtime.store.rows import event_from_row, run_from_row
+from ira.runtime.store.rows import event_from_row, run_from_row, step_from_mapping
 from ira.runtime.store.schema import events, runs, tasks
 from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
 from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_steps
@@ -117,13 +117,16 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     folds = conn.dialect.name == "postgresql"
     fold_events, promoted = folds and bool(rest.events), rest.steps[unpromoted:] if folds else ()
     enqueued = _folded_outbox(conn, rest, at=at) if folds and rest.outbox else None
+    claiming = claims_at_promotion(conn, change.run_id, rest.outbox, promoted, enqueued[1]) \
+        if enqueued and promoted else None
     row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted,
-                              rows=enqueued[0] if enqueued else ())
+                              rows=enqueued[0] if enqueued else (), claim=claiming[1] if claiming else None)
     if row is None:
         await _explain_refusal(conn, rest)
     if promoted:
         await refuse_unapplied(conn, change.tenant_id, change.run_id, promoted, row._mapping[PROMOTED] or ())
     run = run_from_row(row)
+    claimed = _claimed_at_promotion(row, claiming, run) if claiming else None
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
     await apply_step_changes(conn, change.tenant_id, change.run_id, rest.steps[:unpromoted] if promoted else rest.steps,
                              at=at)
@@ -135,8 +138,20 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     if enqueued is None:
         await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
     elif enqueued[1]:
-        await _settle_as(conn, run, enqueued[1])
+        await _settle_as(conn, run, enqueued[1], claimed, promoted=True)
     return run
+
+
+def _claimed_at_promotion(row: Row[Any], claiming: tuple[str, Claim], run: Run
+                          ) -> dict[str, tuple[Claim, Step, Run]] | None:
+    """The claim the compare-and-set took as it readied its step (``folded_cas``), by its
+    wake-up's message id; None if it took none (the run, as it left it, hands out no work)."""
+    m = row._mapping
+    if m[CLAIMED_ + "step_id"] is None:
+        return None
+    step = step_from_mapping({name[len(CLAIMED_):]: value for name, value in m.items() if name.startswith(CLAIMED_)})
+    message_id, claim = claiming
+    return {message_id: (claim.model_copy(update={"owner_epoch": step.owner_epoch}), step, run)}
 
 
 def _folded_outbox(conn: AsyncConnection, change: RunCommit, *, at: datetime
@@ -150,13 +165,14 @@ def _folded_outbox(conn: AsyncConnection, change: RunCommit, *, at: datetime
 
 
 async def _settle_as(conn: AsyncConnection, run: Run, taken: dict[str, str],
-                     claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None) -> None:
+                     claimed: Mapping[str, tuple[Claim, Step, Run]] | None = None, *, promoted: bool = False) -> None:
     """The listeners act on the messages they took (``_enqueue_as`` on why ``get_run`` answers
-    ``run``); ``claimed``: those whose steps went in claimed (``database.settle_taken``)."""
+    ``run``); ``claimed``: those whose steps went in claimed (``database.settle_taken``; were
+    claimed as they were readied: ``promoted``)."""
     info = conn.info
     info[_ENQUEUED_RUN] = run
     try:
-        await settle_taken(conn, taken, claimed)
+        await settle_taken(conn, taken, claimed, promoted=promoted)
     finally:
         info.pop(_ENQUEUED_RUN, None)
 
@@ -183,12 +199,13 @@ def _sources_of(target: RunState) -> list[RunState]:
 
 
 async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False,
-                        promoted: Sequence[StepChange] = (), rows: Sequence[dict[str, object]] = ()
-                        ) -> Row[Any] | None:
+                        promoted: Sequence[StepChange] = (), rows: Sequence[dict[str, object]] = (),
+                        claim: Claim | None = None) -> Row[Any] | None:
     """The compare-and-set: the run's new row, or None if refused. PostgreSQL (``folded_cas``):
     ``with_events``, the change's events are appended by the same statement; ``promoted``, these
     promotions are applied by it too (the row's ``PROMOTED`` lists those it took); ``rows``, these
-    outbox rows (``outbox.outbox_rows``) are inserted by it."""
+    outbox rows (``outbox.outbox_rows``) are inserted by it; ``claim``, the promoted step it
+    names is claimed by it (``claimed_inserts.claims_at_promotion``)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "k_version": change.expected_version, "n_events": len(change.events), "now": at}
     if change.state is not None:
@@ -201,9 +218,12 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
             params.update(event_params(change.events, SHAPES))
         if promoted:
             params.update(promotion_params(promoted))
+        if claim is not None:
+            params.update(c_step=claim.step_id, c_owner=claim.owner, c_lease_until=claim.lease_until,
+                          c_attempt=claim.attempt_id)
         if rows:
             params.update(outbox_params(rows))
-        folded = folded_bump(statement, with_events, bool(promoted), bool(rows))
+        folded = folded_bump(statement, with_events, bool(promoted), bool(rows), claim is not None)
         return (await conn.execute(folded, params)).first()
     return (await conn.execute(statement, params)).first()
 
