@@ -25,31 +25,14 @@ import pstats
 import sys
 import tempfile
 import time
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import runs as incident_runs
 from engine_ira import TENANT, ira_engine
-from sqlalchemy.ext.asyncio import AsyncConnection
-from start_cpu import Statements
+from start_cpu import Statements, WriteTransactions
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
-from ira.runtime.store.database import Database
-
-
-class WriteTransactions:
-    """Counts the write transactions ``db`` begins (one Python call each: always on)."""
-
-    def __init__(self, db: Database) -> None:
-        self.count = 0
-        begin = db._begin
-
-        def counted() -> AbstractAsyncContextManager[AsyncConnection]:
-            self.count += 1
-            return begin()
-
-        db._begin = counted  # type: ignore[method-assign]
 
 
 def emit(**fields: object) -> None:

@@ -7,6 +7,7 @@ bench/engine.py's ira engine (coordinator, instant investigators, relay and scan
 process, the embedded broker beside it), warmed up, then ``--probe`` runs one at a time and a
 burst of ``--ops``. For each: runs/s, p50/p99, this process's CPU ms per run (every thread:
 the event loop and aiosqlite's connection threads; the broker's CPU is not counted) and store
+write transactions per run (every ``Database.transaction``: the relay's and scanner's too) and
 statements per run (a ``before_cursor_execute`` count). CPU is the figure to compare between
 two trees on a shared machine: wall-clock runs/s follows the load beside it, CPU per run much
 less. With ``--profile`` the burst runs under cProfile (event loop thread only; its CPU figure
@@ -24,12 +25,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import runs as incident_runs
 from engine_ira import TENANT, IraEngine, ira_engine
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -50,14 +53,29 @@ class Statements:
         self.count += 1
 
 
+class WriteTransactions:
+    """Counts the write transactions ``db`` begins (one Python call each: always on)."""
+
+    def __init__(self, db: Database) -> None:
+        self.count = 0
+        begin = db._begin
+
+        def counted() -> AbstractAsyncContextManager[AsyncConnection]:
+            self.count += 1
+            return begin()
+
+        db._begin = counted  # type: ignore[method-assign]
+
+
 def emit(**fields: object) -> None:
     print(json.dumps({"bench": "start_cpu", **fields}), flush=True)
 
 
-async def measured(backend: str, mode: str, statements: Statements,
+async def measured(backend: str, mode: str, statements: Statements, transactions: WriteTransactions,
                    work: Callable[[], Awaitable[list[float]]]) -> None:
-    """Run ``work`` (ms per run to the wait), emit runs/s, latencies, CPU and statements per run."""
-    cpu, wall, before = time.process_time(), time.perf_counter(), statements.count
+    """Run ``work`` (ms per run to the wait), emit runs/s, latencies, CPU, write transactions
+    (the relay's and scanner's included) and statements per run."""
+    cpu, wall, before, began = time.process_time(), time.perf_counter(), statements.count, transactions.count
     latencies = await work()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if not latencies:
@@ -66,7 +84,7 @@ async def measured(backend: str, mode: str, statements: Statements,
     emit(backend=backend, mode=mode, runs=len(latencies), runs_per_s=round(len(latencies) / wall, 1),
          p50_ms=round(incident_runs.percentile(latencies, 0.5), 1),
          p99_ms=round(incident_runs.percentile(latencies, 0.99), 1),
-         cpu_ms_per_run=round(cpu * 1000 / n, 2),
+         cpu_ms_per_run=round(cpu * 1000 / n, 2), write_txns_per_run=round((transactions.count - began) / n, 2),
          **({"statements_per_run": round((statements.count - before) / n, 1)} if statements.count else {}))
 
 
@@ -97,9 +115,11 @@ async def main(args: argparse.Namespace) -> None:
             for backend in backends:
                 async with ira_engine(backend, args.database_url, Path(tmp), kafka.bootstrap) as engine:
                     statements = Statements(engine.db, args.statements)
+                    transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))  # warm caches past the first run
-                    await measured(backend, "sequential", statements, lambda e=engine: sequential(e, args.probe))
-                    await measured(backend, "burst", statements,
+                    await measured(backend, "sequential", statements, transactions,
+                                   lambda e=engine: sequential(e, args.probe))
+                    await measured(backend, "burst", statements, transactions,
                                    lambda e=engine: burst(e, args.ops, args.profile, args.top))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, records, ticket, verify
+from ira.coordinator.chain import chained, then_here
 from ira.coordinator.decide import (
     ASSESSED_EVENT,
     DRAFT_ANYWAY,
@@ -128,28 +129,36 @@ async def _exhausted(deps: Deps, ctx: StepContext, exc: BudgetExhaustedError) ->
 
 
 async def join(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
+    """The branches' outcomes judged once; on PROCEED, synthesize and approve_ticket follow in the
+    same transaction (:mod:`ira.coordinator.chain`)."""
+    await chained(deps, ctx.claim, lambda conn, then: _join(deps, conn, ctx, claimed, then=then))
+
+
+async def _join(deps: Deps, conn: AsyncConnection, ctx: StepContext, claimed: bool, *, then: bool) -> None:
     now, c = deps.clock.now(), ctx.claim
-    async with deps.db.transaction() as conn:
-        run = await _run_for(conn, ctx, claimed)
-        branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
-        results = await load_models(conn, c.tenant_id, (s.result_ref for s in branches), model=BranchResult)
-        outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
-        policy = DRAFT_ANYWAY if await _drafting_anyway(conn, ctx, run) else deps.config.on_required_failure
-        verdict = decide_join(outcomes, on_required_failure=policy)
-        await charge_step(conn, c, config=deps.config, at=now)
-        summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
-                                   config=deps.config, at=now)
-        events = (*(EventDraft(type=ASSESSED_EVENT[o.status], data=o.model_dump(mode="json")) for o in outcomes),
-                  EventDraft(type=RunEventType.JOINED, data={"verdict": verdict.value, "summary_ref": summary.ref}))
-        if verdict == JoinVerdict.PROCEED:
-            await runs.commit(conn, RunCommit(
-                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-                steps=(StepChange(step_id=JOIN, state=StepState.DONE, result_ref=summary.ref),), events=events), at=now)
-        elif verdict == JoinVerdict.HUMAN_REVIEW:
-            await _ask_for_review(conn, ctx, run, outcomes=outcomes, events=events, deps=deps)
-        else:
-            await end_run(conn, run, state=RunState.FAILED, outcome="required_branch_failed", config=deps.config,
-                          at=now, step_states={JOIN: StepState.FAILED}, events=events)
+    run = await _run_for(conn, ctx, claimed)
+    branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
+    results = await load_models(conn, c.tenant_id, (s.result_ref for s in branches), model=BranchResult)
+    outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
+    policy = DRAFT_ANYWAY if await _drafting_anyway(conn, ctx, run) else deps.config.on_required_failure
+    verdict = decide_join(outcomes, on_required_failure=policy)
+    await charge_step(conn, c, config=deps.config, at=now)
+    summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
+                               config=deps.config, at=now)
+    events = (*(EventDraft(type=ASSESSED_EVENT[o.status], data=o.model_dump(mode="json")) for o in outcomes),
+              EventDraft(type=RunEventType.JOINED, data={"verdict": verdict.value, "summary_ref": summary.ref}))
+    if verdict == JoinVerdict.PROCEED:
+        await runs.commit(conn, RunCommit(
+            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+            steps=(StepChange(step_id=JOIN, state=StepState.DONE, result_ref=summary.ref),), events=events), at=now)
+        if then:
+            await then_here(conn, c.tenant_id, c.run_id, SYNTHESIZE,
+                            lambda next_: _synthesize(deps, conn, next_, next_.run, then=True))
+    elif verdict == JoinVerdict.HUMAN_REVIEW:
+        await _ask_for_review(conn, ctx, run, outcomes=outcomes, events=events, deps=deps)
+    else:
+        await end_run(conn, run, state=RunState.FAILED, outcome="required_branch_failed", config=deps.config,
+                      at=now, step_states={JOIN: StepState.FAILED}, events=events)
 
 
 async def _drafting_anyway(conn: AsyncConnection, ctx: StepContext, run: Run) -> bool:
@@ -182,29 +191,38 @@ async def _ask_for_review(
 
 
 async def synthesize(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
-    """The report (facts apart from hypotheses) and the first version of the ticket draft."""
+    """The report (facts apart from hypotheses) and the first version of the ticket draft;
+    approve_ticket follows in the same transaction (:mod:`ira.coordinator.chain`)."""
+    async def body(conn: AsyncConnection, then: bool) -> None:
+        await _synthesize(deps, conn, ctx, await _run_for(conn, ctx, claimed), then=then)
+
+    await chained(deps, ctx.claim, body)
+
+
+async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *, then: bool) -> None:
     now, c = deps.clock.now(), ctx.claim
-    async with deps.db.transaction() as conn:
-        run = await _run_for(conn, ctx, claimed)
-        report = await _report(conn, run)
-        report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
-        previous = await records.current_draft(conn, c.tenant_id, c.run_id)
-        version = await version_with_draft(conn, run, previous)
-        draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version,
-                              redactor=deps.config.redactor)
-        draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
-        record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
-                                         reason="synthesized", at=now, latest=previous.version if previous else 0)
-        await charge_step(conn, c, config=deps.config, at=now)
-        await runs.commit(conn, RunCommit(
-            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            steps=(StepChange(step_id=SYNTHESIZE, state=StepState.DONE, result_ref=report_ref.ref),),
-            events=(EventDraft(type=RunEventType.REPORT_WRITTEN, data={
-                        "report_ref": report_ref.ref, "facts": len(report.facts),
-                        "hypotheses": len(report.hypotheses), "missing": [m.branch for m in report.missing]}),
-                    EventDraft(type=RunEventType.DRAFT_WRITTEN, data={"draft_ref": record.ref,
-                        "version": record.version}))),
-            at=now)
+    report = await _report(conn, run)
+    report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
+    previous = await records.current_draft(conn, c.tenant_id, c.run_id)
+    version = await version_with_draft(conn, run, previous)
+    draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version,
+                          redactor=deps.config.redactor)
+    draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
+    record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
+                                     reason="synthesized", at=now, latest=previous.version if previous else 0)
+    await charge_step(conn, c, config=deps.config, at=now)
+    await runs.commit(conn, RunCommit(
+        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+        steps=(StepChange(step_id=SYNTHESIZE, state=StepState.DONE, result_ref=report_ref.ref),),
+        events=(EventDraft(type=RunEventType.REPORT_WRITTEN, data={
+                    "report_ref": report_ref.ref, "facts": len(report.facts),
+                    "hypotheses": len(report.hypotheses), "missing": [m.branch for m in report.missing]}),
+                EventDraft(type=RunEventType.DRAFT_WRITTEN, data={"draft_ref": record.ref,
+                    "version": record.version}))),
+        at=now)
+    if then:  # the draft it just wrote is current, and its events leave the incident's version as it read it
+        await then_here(conn, c.tenant_id, c.run_id, APPROVE_TICKET, lambda next_: _approve(
+            deps, conn, next_, next_.run, known=(record, version)))
 
 
 async def _report(conn: AsyncConnection, run: Run) -> Report:
@@ -228,34 +246,46 @@ async def approve_ticket(deps: Deps, ctx: StepContext, claimed: bool = False) ->
     An approval finishes this step in the decision's transaction (:mod:`ira.coordinator.gate`).
     A later claim (one readied by an approval decided before that, or re-claimed after a crash)
     finishes only if an approval still binds the current draft and incident version; otherwise it
-    asks again."""
-    now, c = deps.clock.now(), ctx.claim
+    asks again. Its first claim usually runs in synthesize's transaction (:mod:`ira.coordinator.chain`)."""
     async with deps.db.transaction() as conn:
-        run = await _run_for(conn, ctx, claimed)
-        answer = judge_action(run.contract, CREATE_TICKET_ACTION)
-        await charge_step(conn, c, config=deps.config, at=now)
-        if answer == PolicyAnswer.DENY:
-            await end_run(conn, run, state=RunState.FAILED, outcome="action_blocked", config=deps.config, at=now,
-                          step_states={APPROVE_TICKET: StepState.FAILED})
-            return
-        event: EventDraft | None = EventDraft(type=RunEventType.APPROVAL_NOT_REQUIRED,
-            data={"action": CREATE_TICKET_ACTION})
-        if answer == PolicyAnswer.ASK:
-            event = await _checked_or_ask(conn, ctx, run, deps=deps)
-        if event is None:
-            return
-        await runs.commit(conn, RunCommit(
-            tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
-            steps=(StepChange(step_id=APPROVE_TICKET, state=StepState.DONE),), events=(event,)), at=now)
+        await _approve(deps, conn, ctx, await _run_for(conn, ctx, claimed))
 
 
-async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, deps: Deps) -> EventDraft | None:
+async def _approve(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *,
+                   known: tuple[records.DraftRecord, int] | None = None) -> None:
+    """approve_ticket in the caller's transaction. ``known``: the run's current draft and the
+    incident's version for it, as the step that readied this one (synthesize) left them; then a
+    denial is not made here (its run-ending commit is not the step's fenced one, which would end
+    the attempt with it): the step makes it on its own."""
+    now, c = deps.clock.now(), ctx.claim
+    answer = judge_action(run.contract, CREATE_TICKET_ACTION)
+    await charge_step(conn, c, config=deps.config, at=now)
+    if answer == PolicyAnswer.DENY:
+        if known is not None:
+            raise DomainError(f"run {c.run_id}: the ticket is denied; the step ends the run on its own")
+        await end_run(conn, run, state=RunState.FAILED, outcome="action_blocked", config=deps.config, at=now,
+                      step_states={APPROVE_TICKET: StepState.FAILED})
+        return
+    event: EventDraft | None = EventDraft(type=RunEventType.APPROVAL_NOT_REQUIRED,
+        data={"action": CREATE_TICKET_ACTION})
+    if answer == PolicyAnswer.ASK:
+        event = await _checked_or_ask(conn, ctx, run, deps=deps, known=known)
+    if event is None:
+        return
+    await runs.commit(conn, RunCommit(
+        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
+        steps=(StepChange(step_id=APPROVE_TICKET, state=StepState.DONE),), events=(event,)), at=now)
+
+
+async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, deps: Deps,
+                          known: tuple[records.DraftRecord, int] | None = None) -> EventDraft | None:
     """The event that lets the step finish (a still-binding approval), or None: it asked."""
     c = ctx.claim
-    draft = await records.current_draft(conn, c.tenant_id, c.run_id)
+    draft, version = known if known is not None else (await records.current_draft(conn, c.tenant_id, c.run_id), None)
     if draft is None:
         raise DomainError(f"run {c.run_id} has no ticket draft to approve")
-    version = await version_with_draft(conn, run, draft)
+    if version is None:
+        version = await version_with_draft(conn, run, draft)
     approval = await gate.usable_approval(conn, run, draft, version=version) if c.owner_epoch > 1 else None
     if approval is None:
         await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c, version=version)

@@ -38,7 +38,7 @@ from ira.core.states import (
     StepState,
     check_step_transition,
 )
-from ira.runtime.store.database import after_commit, tells_commit
+from ira.runtime.store.database import tells_commit
 from ira.runtime.store.schema import attempts, runs, steps
 from ira.runtime.store.steps import STEP_KEY, RunningAttempt, attempt_ended_by, check_fence, get_step, step_key_params
 from ira.runtime.wakeup import step_wakeup
@@ -127,7 +127,7 @@ async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
     for step_change in mine[1:]:
         await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
     if ending is not None:
-        after_commit(conn, ending._ended)
+        ending.end_with(conn)
     rest = change.model_copy(update={"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)})
     return rest, ending is not None, plan
 

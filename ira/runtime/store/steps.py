@@ -228,6 +228,14 @@ class RunningAttempt:
     claim: Claim
     ended: bool = False
     """A commit of this attempt took its step out of RUNNING and ended the attempt with it."""
+    ending: bool = False
+    """The transaction running now does that (``ended`` once it committed)."""
+
+    def end_with(self, conn: AsyncConnection) -> bool:
+        """The attempt ends with ``conn``'s transaction: ``ended`` once it committed. False where
+        that transaction cannot tell its commit (then nothing is recorded)."""
+        self.ending = after_commit(conn, self._ended)
+        return self.ending
 
     def _ended(self) -> None:
         self.ended = True
@@ -263,7 +271,7 @@ async def end_attempt_in_commit(conn: AsyncConnection, change: RunCommit, *, at:
     already, in the same statement (``step_changes.apply_fenced``); this is the other path.
     """
     attempt = attempt_ended_by(change)
-    if attempt is not None and after_commit(conn, attempt._ended):
+    if attempt is not None and attempt.end_with(conn):
         await end_attempt(conn, attempt.claim, outcome="finished", now=at)
 
 
