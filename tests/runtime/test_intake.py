@@ -123,6 +123,17 @@ async def test_a_step_taken_in_its_transaction_produces_no_broker_record(db: Dat
     await intake.drain()
 
 
+async def assert_claimed_by_w1(db: Database, intake: StepIntake, run_id: str, step_id: str) -> None:
+    """The step is RUNNING under ``intake``'s lease (owner w1), epoch 1, its attempt started."""
+    async with db.reader() as conn:
+        step = await steps.get_step(conn, "acme", run_id, step_id)
+        started = (await conn.execute(select(attempts.c.owner, attempts.c.owner_epoch, attempts.c.ended_at)
+                                      .where(attempts.c.run_id == run_id, attempts.c.step_id == step_id))).all()
+    assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (
+        StepState.RUNNING, "w1", 1, T0 + intake.dispatcher.lease)
+    assert [tuple(r) for r in started] == [("w1", 1, None)]
+
+
 async def test_a_new_runs_step_this_process_runs_is_inserted_claimed(db: Database) -> None:
     # Given an intake taking this process's commits, its handler held at a gate
     handled: list[str] = []
@@ -136,13 +147,7 @@ async def test_a_new_runs_step_this_process_runs_is_inserted_claimed(db: Databas
         # Then the step went in claimed by this process, in its INSERT: no claim UPDATE, no
         # read of the run, and the attempt started in the same transaction
         assert not [s for s in executed if s.startswith("UPDATE steps") or s.startswith("SELECT runs")], executed
-        async with db.reader() as conn:
-            step = await steps.get_step(conn, "acme", run_id, "metrics")
-            started = (await conn.execute(select(attempts.c.owner, attempts.c.owner_epoch, attempts.c.ended_at)
-                                          .where(attempts.c.run_id == run_id))).all()
-        assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (
-            StepState.RUNNING, "w1", 1, T0 + intake.dispatcher.lease)
-        assert [tuple(r) for r in started] == [("w1", 1, None)]
+        await assert_claimed_by_w1(db, intake, run_id, "metrics")
         # and the handler, holding that claim, finishes it
         gate.set()
         await eventually(lambda: not intake._running, timeout=10)
@@ -397,13 +402,7 @@ async def test_a_step_a_commit_readies_for_this_process_is_claimed_by_its_compar
         await eventually(lambda: handled == ["join"], timeout=10)
         # Then the join is RUNNING under this process's lease, epoch 1, its attempt started,
         # and its handler holds that claim
-        async with db.reader() as conn:
-            step = await steps.get_step(conn, "acme", run_id, "join")
-            started = (await conn.execute(select(attempts.c.owner, attempts.c.owner_epoch, attempts.c.ended_at)
-                                          .where(attempts.c.run_id == run_id, attempts.c.step_id == "join"))).all()
-        assert (step.state, step.owner, step.owner_epoch, step.lease_until) == (
-            StepState.RUNNING, "w1", 1, T0 + intake.dispatcher.lease)
-        assert [tuple(r) for r in started] == [("w1", 1, None)]
+        await assert_claimed_by_w1(db, intake, run_id, "join")
         gate.set()
         await eventually(lambda: not intake._running, timeout=10)
     assert await step_state(db, run_id) == StepState.DONE
