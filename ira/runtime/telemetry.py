@@ -12,7 +12,11 @@ trace and span ids. Runs keep their ``traceparent``, records carry it in their h
 carry ``trace_id``/``span_id`` and the dashboard links a run to its trace as before; what is
 saved is building, timing and ending a span object per record, publish and request that no
 processor would ever see (a per-task profile of ``ira dev`` under load put them at ~8 % of
-its CPU). Such a process propagates the W3C sampled flag as ``00``. A process that does
+its CPU). Such a process propagates the W3C sampled flag as ``00``. Its provider is an
+:class:`UnrecordedTracerProvider`: its tracers make those spans straight away (the parent's
+trace or a new one, a new span id, the flags and trace state the SDK would give them) instead
+of going through the SDK tracer's path for spans nobody records (the sampler's call and result,
+its internal-metrics hook: ~10k instructions per consumed record). A process that does
 export samples every span (``ALWAYS_ON``), whatever flag its parent came with: the flag says
 whether the *sender* recorded, not whether the trace is wanted, so a mixed deployment
 (``otel_endpoint`` set on some processes only) still exports the spans of those processes,
@@ -29,16 +33,21 @@ role can add its own metrics with ``metrics.registry``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
-from opentelemetry.trace import Status
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, TraceFlags
+from opentelemetry.util._decorator import _agnosticcontextmanager
+from opentelemetry.util.types import Attributes
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from ira.core.redact import Redactor
@@ -61,7 +70,8 @@ def setup_tracing(settings: Settings, *, service_name: str = "ira", install: boo
         {SERVICE_NAME: service_name, "deployment.environment": settings.environment, "ira.tenant": settings.tenant}
     )
     exporting = bool(settings.otel_endpoint) or exporter is not None
-    provider = TracerProvider(resource=resource, sampler=ALWAYS_ON if exporting else ALWAYS_OFF)
+    provider = (TracerProvider(resource=resource, sampler=ALWAYS_ON) if exporting
+                else UnrecordedTracerProvider(resource=resource, sampler=ALWAYS_OFF))
     if settings.otel_endpoint:
         otlp = OTLPSpanExporter(endpoint=f"{settings.otel_endpoint.rstrip('/')}/v1/traces")
         provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(otlp, settings.redactor())))
@@ -70,6 +80,59 @@ def setup_tracing(settings: Settings, *, service_name: str = "ira", install: boo
     if install:
         trace.set_tracer_provider(provider)
     return provider
+
+
+class UnrecordedTracerProvider(TracerProvider):
+    """The provider of a process that exports nothing (module doc): every tracer it hands out
+    makes the non-recording spans the SDK's tracer makes under ``ALWAYS_OFF``, without its path."""
+
+    def get_tracer(self, instrumenting_module_name: str, instrumenting_library_version: str | None = None,
+                   schema_url: str | None = None, attributes: Attributes = None) -> trace.Tracer:
+        if self._disabled:  # OTEL_SDK_DISABLED: the SDK's no-op tracer, no ids at all
+            return super().get_tracer(instrumenting_module_name, instrumenting_library_version, schema_url,
+                                      attributes)
+        return self._unrecorded
+
+    @cached_property
+    def _unrecorded(self) -> UnrecordedTracer:
+        """One for every name: it keeps nothing per instrumentation scope."""
+        return UnrecordedTracer(self.id_generator)
+
+
+_DEFAULT_FLAGS = TraceFlags(TraceFlags.DEFAULT)
+_RANDOM_FLAGS = TraceFlags(TraceFlags.DEFAULT | TraceFlags.RANDOM_TRACE_ID)
+
+
+class UnrecordedTracer(trace.Tracer):
+    """Spans as the SDK's ``Tracer`` makes them when its sampler drops them (``ALWAYS_OFF``): a
+    ``NonRecordingSpan`` in the parent's trace (its trace state, its random-trace-id flag, not
+    sampled) or, without a valid parent, in a new trace from the provider's id generator, with a
+    new span id. What the SDK does besides (asking the sampler, building its result, its
+    internal metrics) changes nothing for a span that is never recorded."""
+
+    def __init__(self, ids: IdGenerator) -> None:
+        self._ids = ids
+        self._new_trace_flags = _RANDOM_FLAGS if ids.is_trace_id_random() else _DEFAULT_FLAGS
+
+    def start_span(self, name: str, context: Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
+                   attributes: Attributes = None, links: Sequence[Link] | None = None, start_time: int | None = None,
+                   record_exception: bool = True, set_status_on_exception: bool = True) -> Span:
+        parent = trace.get_current_span(context).get_span_context()
+        if parent.is_valid:
+            trace_id, state = parent.trace_id, parent.trace_state
+            flags = _RANDOM_FLAGS if parent.trace_flags.random_trace_id else _DEFAULT_FLAGS
+        else:
+            trace_id, state, flags = self._ids.generate_trace_id(), None, self._new_trace_flags
+        return NonRecordingSpan(SpanContext(trace_id, self._ids.generate_span_id(), False, flags, state))
+
+    @_agnosticcontextmanager  # the API's own decorator: what callers of a Tracer's method get
+    def start_as_current_span(
+            self, name: str, context: Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
+            attributes: Attributes = None, links: Sequence[Link] | None = None, start_time: int | None = None,
+            record_exception: bool = True, set_status_on_exception: bool = True,
+            end_on_exit: bool = True) -> Iterator[Span]:
+        with trace.use_span(self.start_span(name, context), end_on_exit=end_on_exit) as span:
+            yield span
 
 
 def shutdown_tracing(provider: TracerProvider) -> None:

@@ -12,9 +12,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client import Counter
 from pydantic import SecretStr
@@ -197,6 +198,38 @@ def test_without_an_exporter_spans_are_not_recorded_but_their_ids_reach_runs_rec
     assert runtrace.trace_id_of(dict(headers)[tracing.TRACEPARENT].decode()) == f"{ids.trace_id:032x}"
     [line] = lines(log_stream)
     assert (line["trace_id"], line["span_id"]) == (f"{ids.trace_id:032x}", f"{ids.span_id:016x}")
+
+
+def test_without_an_exporter_spans_carry_the_ids_flags_and_state_the_sdk_would_give_them() -> None:
+    """The unrecorded tracer's spans against the SDK's own tracer under ALWAYS_OFF, parent by parent."""
+    ours = setup_tracing(load_settings({}), install=False).get_tracer("test")
+    sdk = TracerProvider(sampler=ALWAYS_OFF).get_tracer("test")
+    parents = {
+        "none": None,
+        "sampled, with trace state": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "unsampled": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+        "random trace id": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03",
+        "invalid": "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+    }
+    for name, parent in parents.items():
+        context = runtrace.context_of(parent) if parent else None
+        if name == "sampled, with trace state":
+            context = propagate.extract({"traceparent": parent, "tracestate": "vendor=abc,other=1"})
+        spans = [ours.start_span("s", context=context), sdk.start_span("s", context=context)]
+        mine, theirs = (span.get_span_context() for span in spans)
+        assert not any(span.is_recording() for span in spans), name
+        assert mine.is_valid and not mine.is_remote, name
+        assert (mine.trace_flags, mine.trace_state) == (theirs.trace_flags, theirs.trace_state), name
+        assert (mine.trace_id == theirs.trace_id) == (name not in ("none", "invalid")), name  # a new trace else
+        assert mine.span_id not in (0, theirs.span_id), name
+        if name == "sampled, with trace state":
+            assert mine.trace_state.get("vendor") == "abc"
+        if name in ("none", "random trace id"):
+            assert mine.trace_flags.random_trace_id and not mine.trace_flags.sampled
+        assert tracing.traceparent(mine) == f"00-{mine.trace_id:032x}-{mine.span_id:016x}-{int(theirs.trace_flags):02x}"
+    with ours.start_as_current_span("current") as span:
+        assert trace.get_current_span() is span
+    assert trace.get_current_span() is not span
 
 
 def test_with_an_exporter_a_span_is_exported_though_its_parent_came_unsampled() -> None:
