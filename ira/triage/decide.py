@@ -27,12 +27,12 @@ only link the alert, or nothing) is decided separately by :func:`incident_effect
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime
 
 from ira.core.alert import SEVERITY_RANK, AlertStatus, DecisionKind, Severity
 from ira.core.model import Model
@@ -136,10 +136,14 @@ class Case:
     """Set for a follow-up to an active run."""
 
 
-class Decision(Model):
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A rule's verdict about one event (internal: a dataclass, one built per event by the rules
+    from values they hold; the stored ``Evaluation`` is the model that crosses boundaries)."""
+
     decision: DecisionKind
     reason: Reason
-    basis: dict[str, object] = Field(default_factory=dict)
+    basis: dict[str, object] = field(default_factory=dict)
 
 
 def _ignore(reason: Reason, **basis: object) -> Decision:

@@ -18,18 +18,19 @@ PostgreSQL deadlocks and serialization failures are the same kind of conflict.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, bindparam, cast, column, func, literal_column, select, text, update
+import orjson
+from sqlalchemy import Integer, String, bindparam, cast, column, func, literal_column, select, text, type_coerce, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import NullType
 
 from ira.core.alert import AlertEvent, AlertStatus, Evaluation, Severity
 from ira.core.errors import ConcurrentUpdateError
@@ -136,11 +137,14 @@ def _key_params(dialect: str, keys: Sequence[LookupKey]) -> dict[str, Any]:
     if dialect == "postgresql":
         columns = {f"k_{name}": [getattr(k, name) for k in keys] for name in _KEY_FIELDS}
         return {"k_idx": list(range(len(keys))), **columns}
-    return {"k_rows": json.dumps([[i, *(getattr(k, name) for name in _KEY_FIELDS)] for i, k in enumerate(keys)])}
+    return {"k_rows": orjson.dumps([(i, k.tenant_id, k.group_key, k.fingerprint, k.source_id, k.source_event_id)
+                                    for i, k in enumerate(keys)]).decode()}
 
 
 def _look_up_query(dialect: str) -> Any:
-    """One row per key whatever exists: the keys outer-joined to their group's open incident."""
+    """One row per key whatever exists: the keys outer-joined to their group's open incident,
+    whose columns come as the driver gives them (``_incident`` converts them, once per incident;
+    ``aware`` the two datetimes of the key's own)."""
     keys = _keys(dialect)
     active = (select(runs.c.run_id)  # != per state, not NOT IN: an expanding IN re-renders the SQL per call
               .where(runs.c.tenant_id == incidents.c.tenant_id, runs.c.incident_id == incidents.c.incident_id,
@@ -167,10 +171,12 @@ def _look_up_query(dialect: str) -> Any:
     joined = keys.outerjoin(incidents, (incidents.c.tenant_id == keys.c.tenant_id)
                             & (incidents.c.group_key == keys.c.group_key) & incidents.c.closed_at.is_(None))
     return select(
-        keys.c.idx, *incidents.c, active.label("active_run_id"), last_state(alerts.c.status).label("alert_status"),
-        last_state(alerts.c.state_at).label("alert_at"), first_of_identity(alerts.c.event_id).label("first_event_id"),
+        keys.c.idx, *(type_coerce(c, NullType()).label(c.name) for c in incidents.c),
+        active.label("active_run_id"), last_state(alerts.c.status).label("alert_status"),
+        type_coerce(last_state(alerts.c.state_at), NullType()).label("alert_at"),  # raw: aware() converts it
+        first_of_identity(alerts.c.event_id).label("first_event_id"),
         first_of_identity(alerts.c.incident_id).label("first_incident_id"),
-        group_last_run.label("group_last_run_at"),
+        type_coerce(group_last_run, NullType()).label("group_last_run_at"),  # raw: aware() converts it
     ).select_from(joined)
 
 
@@ -234,16 +240,39 @@ def aware(value: Any) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _lookup(row: Row[Any], records: dict[tuple[str, str], IncidentRecord]) -> Lookup:
+_RESULT_PROCESSORS: dict[tuple[str, str], tuple[tuple[str, Any], ...]] = {}
+
+
+def _incident_processors(dialect: Dialect) -> tuple[tuple[str, Any], ...]:
+    """(column, the driver value's processor or None) of ``incidents``, what SQLAlchemy would
+    apply to each column of each row, kept per dialect."""
+    found = _RESULT_PROCESSORS.get((dialect.name, dialect.driver))
+    if found is None:
+        found = _RESULT_PROCESSORS[(dialect.name, dialect.driver)] = tuple(
+            (c.name, c.type._cached_result_processor(dialect, None)) for c in incidents.c)
+    return found
+
+
+def _incident(fields: Any, dialect: Dialect) -> IncidentRecord:
+    """The incident of a read's row, its columns converted from the driver's values here: the
+    read hands them over raw (``_look_up_query``), since every alert of a group has its
+    incident's columns on its row and converting them all (datetimes parsed from SQLite's text,
+    the labels' JSON) for the one record kept per incident was most of the read's Python."""
+    return IncidentRecord.model_validate(
+        {name: fields[name] if process is None else process(fields[name])
+         for name, process in _incident_processors(dialect)})
+
+
+def _lookup(row: Row[Any], records: dict[tuple[str, str], IncidentRecord], dialect: Dialect) -> Lookup:
     """One key's answer; ``records`` holds the incidents this read validated already (a group's
-    alerts share their incident's row: validated once per read, not once per alert)."""
+    alerts share their incident's row: converted and validated once per read, not once per alert)."""
     fields = row._mapping
     incident = None
     if fields["incident_id"] is not None:
         ref = (fields["tenant_id"], fields["incident_id"])
         incident = records.get(ref)
         if incident is None:
-            incident = records[ref] = IncidentRecord.model_validate({c.name: fields[c.name] for c in incidents.c})
+            incident = records[ref] = _incident(fields, dialect)
     alert, alert_at = None, aware(fields["alert_at"])
     if fields["alert_status"] and alert_at is not None:  # the alert's state and its time, from one row
         alert = AlertState(status=AlertStatus(fields["alert_status"]), at=alert_at)
@@ -268,7 +297,7 @@ async def look_up(conn: AsyncConnection, keys: Sequence[LookupKey]) -> list[Look
     params = _key_params(conn.dialect.name, keys)
     rows = {row.idx: row for row in await conn.execute(_sql(conn).look_up, params)}
     records: dict[tuple[str, str], IncidentRecord] = {}
-    return [_lookup(rows[i], records) for i in range(len(keys))]
+    return [_lookup(rows[i], records, conn.dialect) for i in range(len(keys))]
 
 
 async def insert_incidents(conn: AsyncConnection, records: Sequence[IncidentRecord]) -> None:

@@ -99,11 +99,11 @@ class TriageHandler:
     async def __call__(self, conn: AsyncConnection, envelope: Envelope, meta: RecordMeta) -> None:
         with store.conflicts_as_retries():
             if envelope.type == CHANGE_MESSAGE:  # written with the batch, by finish
-                self._batches.setdefault(conn, Pending()).change(parse_payload(ChangeEvent, envelope))
+                self._pending(conn).change(parse_payload(ChangeEvent, envelope))
             elif envelope.type == ALERT_MESSAGE:
-                pending = self._batches.get(conn)
-                alert = pending.alert(envelope) if pending else None
-                await self.triage(conn, alert or parse_payload(AlertEvent, envelope), traceparent=envelope.traceparent)
+                pending = self._pending(conn)
+                alert = pending.alert(envelope) or parse_payload(AlertEvent, envelope)
+                await self.triage(conn, alert, traceparent=envelope.traceparent, pending=pending)
             else:
                 raise InvalidMessageError(f"triage cannot read envelope type {envelope.type!r}")
 
@@ -111,7 +111,7 @@ class TriageHandler:
         """Read what every alert of the transaction needs from the database, in one statement
         (the consumer calls it before the first record): a statement per event would make the
         database's round trip and planning, not the decisions, the limit of triage's rate."""
-        pending = self._batches.setdefault(conn, Pending())
+        pending = self._pending(conn)
         alerts: list[tuple[AlertEvent, str, dict[str, str]]] = []
         for envelope in envelopes:
             if envelope.type != ALERT_MESSAGE:
@@ -153,9 +153,20 @@ class TriageHandler:
     def _send(self, sub: Subscription, at: datetime) -> OutboxMessage:
         return update_message(sub, at, environment=self._environment)
 
-    async def triage(self, conn: AsyncConnection, alert: AlertEvent, *, traceparent: str | None = None) -> Evaluation:
-        """Decide about ``alert``; its writes wait in the transaction's pending batch until :meth:`finish`."""
-        pending = self._batches.setdefault(conn, Pending())
+    def _pending(self, conn: AsyncConnection) -> Pending:
+        """The transaction's pending batch, begun if it has none yet. Looked up once per event and
+        passed on: a look-up in the weak dictionary compares connections through SQLAlchemy's
+        proxy ``__eq__`` (~1 us each, twice per event before, with a ``Pending`` built and dropped)."""
+        pending = self._batches.get(conn)
+        if pending is None:
+            pending = self._batches[conn] = Pending()
+        return pending
+
+    async def triage(self, conn: AsyncConnection, alert: AlertEvent, *, traceparent: str | None = None,
+                     pending: Pending | None = None) -> Evaluation:
+        """Decide about ``alert``; its writes wait in the transaction's pending batch until :meth:`finish`
+        (``pending``: that batch, when the caller has it already)."""
+        pending = pending if pending is not None else self._pending(conn)
         grouped = await self._group(conn, pending, alert)
         if grouped.view.first_event_id is not None:
             return self._duplicate(pending, grouped)

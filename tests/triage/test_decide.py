@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -123,7 +124,7 @@ def test_stale_means_older_than_the_last_recorded_state(last, status, delta, sta
     (case(), Reason.DUPLICATE, Effect.NONE),
 ])
 def test_incident_effect(given: Case, reason: Reason, effect: Effect) -> None:
-    made = decide(given, POLICY).model_copy(update={"reason": reason})
+    made = dataclasses.replace(decide(given, POLICY), reason=reason)
 
     assert incident_effect(given, made) == effect
 
