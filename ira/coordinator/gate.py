@@ -57,11 +57,13 @@ its event and the replay's comparison, so an auto-granted approval is never mist
 async def ask(
     conn: AsyncConnection, run: Run, draft: DraftRecord, *, config: WorkflowConfig, at: datetime,
     claim: Claim | None = None, events: Sequence[EventDraft] = (), version: int | None = None,
+    document: TicketDraft | None = None,
 ) -> Approval:
     """WAITING(approval) for ``draft`` and the incident as it is now. ``claim`` is the asking
     step's (approve_ticket; create_ticket if the incident moved on after an approval): that
     step waits, and is the one an approval makes READY again. ``version``: the incident's
-    version for ``draft`` (:func:`~ira.coordinator.facts.version_with_draft`) if the caller has it."""
+    version for ``draft`` (:func:`~ira.coordinator.facts.version_with_draft`) if the caller has it;
+    ``document``: ``draft``'s document, if the caller has it (it just composed it)."""
     step_id = claim.step_id if claim else APPROVE_TICKET
     if version is None:
         version = await version_with_draft(conn, run, draft)
@@ -72,7 +74,8 @@ async def ask(
         created_at=at)
     await _record_request(conn, run, approval, draft=draft, at=at)
     message = await request_notification(conn, run, kind=APPROVAL_REQUESTED, config=config, at=at,
-                                         data=await _approval_data(conn, run, approval, draft=draft))
+                                         data=await _approval_data(conn, run, approval, draft=draft,
+                                                                   document=document))
     await runs.commit(conn, RunCommit(
         tenant_id=run.tenant_id, run_id=run.run_id, expected_version=run.state_version, state=RunState.WAITING,
         wait_kind=WaitKind.APPROVAL, fence=fence(claim) if claim else None,
@@ -104,8 +107,8 @@ async def _record_request(conn: AsyncConnection, run: Run, approval: Approval, *
 
 
 async def _approval_data(conn: AsyncConnection, run: Run, approval: Approval, *,
-                         draft: DraftRecord) -> dict[str, object]:
-    doc = await load_model(conn, run.tenant_id, draft.ref, model=TicketDraft)
+                         draft: DraftRecord, document: TicketDraft | None = None) -> dict[str, object]:
+    doc = document or await load_model(conn, run.tenant_id, draft.ref, model=TicketDraft)
     content = doc.request.model_dump(mode="json") if doc else {}
     return {"approval_id": approval.approval_id, "incident_id": run.incident_id, "draft_ref": draft.ref,
             "draft_version": draft.version, "expires_at": approval.expires_at.isoformat(),

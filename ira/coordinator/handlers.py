@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -63,7 +64,7 @@ from ira.core.ids import new_id
 from ira.core.investigation import BranchResult
 from ira.core.model import Model
 from ira.core.operation import WorkItem
-from ira.core.report import MissingBranch, Report
+from ira.core.report import MissingBranch, Report, TicketDraft
 from ira.core.run import Run
 from ira.core.states import TERMINAL_RUN_STATES, RunState, StepState, WaitKind, WorkItemState
 from ira.runtime.dispatch import StepContext, StepHandler
@@ -151,9 +152,10 @@ async def _join(deps: Deps, conn: AsyncConnection, ctx: StepContext, claimed: bo
         await runs.commit(conn, RunCommit(
             tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
             steps=(StepChange(step_id=JOIN, state=StepState.DONE, result_ref=summary.ref),), events=events), at=now)
-        if then:
+        if then:  # the summary it just wrote is the join's result synthesize reads
+            joined = JoinSummary(verdict=verdict, outcomes=outcomes)
             await then_here(conn, c.tenant_id, c.run_id, SYNTHESIZE,
-                            lambda next_: _synthesize(deps, conn, next_, next_.run, then=True))
+                            lambda next_: _synthesize(deps, conn, next_, next_.run, then=True, joined=joined))
     elif verdict == JoinVerdict.HUMAN_REVIEW:
         await _ask_for_review(conn, ctx, run, outcomes=outcomes, events=events, deps=deps)
     else:
@@ -199,9 +201,11 @@ async def synthesize(deps: Deps, ctx: StepContext, claimed: bool = False) -> Non
     await chained(deps, ctx.claim, body)
 
 
-async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *, then: bool) -> None:
+async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *, then: bool,
+                      joined: JoinSummary | None = None) -> None:
+    """``joined``: the join's result, if the caller has it (the join, chained)."""
     now, c = deps.clock.now(), ctx.claim
-    report = await _report(conn, run)
+    report = await _report(conn, run, joined)
     report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
     previous = await records.current_draft(conn, c.tenant_id, c.run_id)
     version = await version_with_draft(conn, run, previous)
@@ -222,13 +226,15 @@ async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: 
         at=now)
     if then:  # the draft it just wrote is current, and its events leave the incident's version as it read it
         await then_here(conn, c.tenant_id, c.run_id, APPROVE_TICKET, lambda next_: _approve(
-            deps, conn, next_, next_.run, known=(record, version)))
+            deps, conn, next_, next_.run, known=_Drafted(record, version, draft)))
 
 
-async def _report(conn: AsyncConnection, run: Run) -> Report:
-    """Compose the report from what the join accepted (re-read from the artifacts)."""
-    join_step = await steps.get_step(conn, run.tenant_id, run.run_id, JOIN)
-    summary = await load_model(conn, run.tenant_id, join_step.result_ref, model=JoinSummary)
+async def _report(conn: AsyncConnection, run: Run, joined: JoinSummary | None = None) -> Report:
+    """Compose the report from what the join accepted (re-read from the artifacts unless ``joined``)."""
+    summary = joined
+    if summary is None:
+        join_step = await steps.get_step(conn, run.tenant_id, run.run_id, JOIN)
+        summary = await load_model(conn, run.tenant_id, join_step.result_ref, model=JoinSummary)
     outcomes = summary.outcomes if summary else ()
     results = await load_models(conn, run.tenant_id, (o.result_ref for o in outcomes
                                                       if o.status == BranchStatus.ACCEPTED), model=BranchResult)
@@ -251,10 +257,19 @@ async def approve_ticket(deps: Deps, ctx: StepContext, claimed: bool = False) ->
         await _approve(deps, conn, ctx, await _run_for(conn, ctx, claimed))
 
 
+class _Drafted(NamedTuple):
+    """The run's current draft as synthesize just wrote it: no need to read it again."""
+
+    record: records.DraftRecord
+    version: int
+    """The incident's version for it."""
+    document: TicketDraft
+
+
 async def _approve(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *,
-                   known: tuple[records.DraftRecord, int] | None = None) -> None:
-    """approve_ticket in the caller's transaction. ``known``: the run's current draft and the
-    incident's version for it, as the step that readied this one (synthesize) left them; then a
+                   known: _Drafted | None = None) -> None:
+    """approve_ticket in the caller's transaction. ``known``: the run's current draft, as the step
+    that readied this one (synthesize) left it; then a
     denial is not made here (its run-ending commit is not the step's fenced one, which would end
     the attempt with it): the step makes it on its own."""
     now, c = deps.clock.now(), ctx.claim
@@ -278,17 +293,19 @@ async def _approve(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run
 
 
 async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, deps: Deps,
-                          known: tuple[records.DraftRecord, int] | None = None) -> EventDraft | None:
+                          known: _Drafted | None = None) -> EventDraft | None:
     """The event that lets the step finish (a still-binding approval), or None: it asked."""
     c = ctx.claim
-    draft, version = known if known is not None else (await records.current_draft(conn, c.tenant_id, c.run_id), None)
+    draft, version, document = known if known is not None else (
+        await records.current_draft(conn, c.tenant_id, c.run_id), None, None)
     if draft is None:
         raise DomainError(f"run {c.run_id} has no ticket draft to approve")
     if version is None:
         version = await version_with_draft(conn, run, draft)
     approval = await gate.usable_approval(conn, run, draft, version=version) if c.owner_epoch > 1 else None
     if approval is None:
-        await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c, version=version)
+        await gate.ask(conn, run, draft, config=deps.config, at=deps.clock.now(), claim=c, version=version,
+                       document=document)
         return None
     return EventDraft(type=RunEventType.APPROVAL_CHECKED, data={"approval_id": approval.approval_id,
         "owner_epoch": c.owner_epoch})

@@ -10,15 +10,19 @@ import asyncio
 
 from sqlalchemy import select, update
 
+from ira.coordinator import records
 from ira.coordinator.handlers import step_handlers
 from ira.core.budget import ROOT_SCOPE, BudgetDimension
+from ira.core.delivery import Notification
+from ira.core.report import TicketDraft
 from ira.core.run import Run
 from ira.core.states import RunState, StepState, WaitKind
 from ira.runtime.dispatch import StepDispatcher
 from ira.runtime.intake import StepIntake
 from ira.runtime.store import runs, steps
+from ira.runtime.store.artifacts import get_artifact
 from ira.runtime.store.database import Database
-from ira.runtime.store.schema import attempts, budget_accounts
+from ira.runtime.store.schema import attempts, budget_accounts, deliveries
 from tests.coordinator.harness import build, decision, envelope, run_for_incident
 from tests.eventually import eventually
 
@@ -83,6 +87,25 @@ async def test_join_synthesize_and_approve_ticket_commit_together(db: Database) 
     assert all(plan[s].owner_epoch == 1 for s in ("join", "synthesize", "approve_ticket"))
     outcomes = await attempt_outcomes(db, run.run_id)
     assert [outcomes[s] for s in ("join", "synthesize", "approve_ticket")] == [["finished"]] * 3
+    # and the approval's notification shows the draft as stored (approve_ticket did not read it)
+    assert await approval_notice(db, run.run_id) == await stored_draft(db, run.run_id)
+
+
+async def approval_notice(db: Database, run_id: str) -> dict[str, object]:
+    async with db.reader() as conn:
+        [ref] = (await conn.execute(select(deliveries.c.payload_ref).where(deliveries.c.run_id == run_id))).scalars()
+        _, body = await get_artifact(conn, "acme", ref)
+    data = Notification.model_validate_json(body).data
+    return {key: data[key] for key in ("title", "severity", "body")}
+
+
+async def stored_draft(db: Database, run_id: str) -> dict[str, object]:
+    async with db.reader() as conn:
+        draft = await records.current_draft(conn, "acme", run_id)
+        assert draft is not None
+        _, body = await get_artifact(conn, "acme", draft.ref)
+    request = TicketDraft.model_validate_json(body).request.model_dump(mode="json")
+    return {key: request[key] for key in ("title", "severity", "body")}
 
 
 async def test_a_step_that_cannot_run_there_never_costs_the_one_before(db: Database) -> None:
