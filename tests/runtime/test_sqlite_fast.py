@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import engine as sa_asyncio_engine
 
 from ira.runtime.store import plans, sqlite_fast
 from ira.runtime.store.database import Database
@@ -180,3 +181,47 @@ def test_a_plans_parameters_are_sqlalchemys_for_every_kind_of_source(sqlite_db: 
     _, by_list = plans._compile(AMONG, dialect, frozenset(listed), listed, False, True)
     assert by_list is not None and {kind for kind, _, _ in by_list.values} == {3}
     assert by_list.row(listed) == ("t3", "t1", "t2") and by_list.row({"ids": ["x", "y", "z"]}) == ("x", "y", "z")
+
+
+async def test_a_planned_result_reads_as_sqlalchemys_in_every_way_the_store_reads_it(sqlite_db: Database) -> None:
+    """The row maker a plan built once serves every result of it, and goes where SQLAlchemy's
+    own would: a result narrowed by ``columns()`` or read as mappings or scalars makes its own."""
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, [_row(1), _row(2), _row(3, state="done")])
+        for _ in range(2):
+            await conn.execute(LIVE)
+        assert _planned(LIVE)
+        assert (await conn.execute(LIVE)).first() == ("t1", 1)
+        assert [tuple(r) for r in await conn.execute(LIVE)] == [("t1", 1), ("t2", 2)]
+        assert (await conn.execute(LIVE)).columns("n").all() == [(1,), (2,)]
+        assert (await conn.execute(LIVE)).mappings().all() == [{"id": "t1", "n": 1}, {"id": "t2", "n": 2}]
+        assert (await conn.execute(LIVE)).scalars("n").all() == [1, 2]
+        assert (await conn.execute(LIVE)).scalar() == "t1"
+        one = (await conn.execute(BY_ID, {"k_id": "t3"})).one()
+        assert one.at == T0 + timedelta(seconds=3) and one.data == {"i": 3, "tags": ["a"]}
+        assert (await conn.execute(BY_ID, {"k_id": "nope"})).first() is None
+
+
+async def test_a_write_transaction_of_planned_statements_spawns_no_greenlet(
+        sqlite_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inline, where nothing awaits, neither SQLAlchemy's begin and commit nor a planned statement
+    runs in a greenlet (each one a greenlet made and two switches of the event loop's thread);
+    its writes still commit."""
+    async with sqlite_db.transaction() as conn:
+        for i in range(2):
+            await conn.execute(INSERT, _row(i))
+            await conn.execute(BY_ID, {"k_id": f"t{i}"})
+    spawned: list[object] = []
+    spawn = sa_asyncio_engine.greenlet_spawn
+
+    async def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        spawned.append(fn)
+        return await spawn(fn, *args, **kwargs)
+
+    monkeypatch.setattr(sa_asyncio_engine, "greenlet_spawn", counted)
+    async with sqlite_db.transaction() as conn:
+        await conn.execute(INSERT, _row(5))
+        assert (await conn.execute(BY_ID, {"k_id": "t5"})).one().n == 5
+    assert spawned == []
+    async with sqlite_db.reader() as conn:
+        assert (await conn.execute(select(things.c.id).where(things.c.id == "t5"))).scalar() == "t5"

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -250,7 +250,7 @@ class Database:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._writer = SQLiteWriter(engine) if self.dialect == "sqlite" else None
+        self._writer = SQLiteWriter(engine, self._write_lock) if self._write_lock is not None else None
         path = engine.url.database if self.dialect == "sqlite" else None
         self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
         """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""
@@ -317,15 +317,12 @@ class Database:
             except Exception:  # the commit stands; the outbox row or the scanner still wakes the work
                 log.exception("a commit listener failed")
 
-    @asynccontextmanager
-    async def _begin(self) -> AsyncIterator[AsyncConnection]:
-        if self._write_lock is None:
-            async with self.engine.begin() as conn:
-                yield conn
-            return
-        assert self._writer is not None
-        async with self._write_lock, self._writer.transaction() as conn:
-            yield conn
+    def _begin(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """The transaction itself: SQLite's under the write lock (``SQLiteWriter``), PostgreSQL's
+        on a pooled connection."""
+        if self._writer is None:
+            return self.engine.begin()
+        return self._writer.transaction()
 
     @contextmanager
     def listening(self, listener: CommitListener) -> Iterator[None]:

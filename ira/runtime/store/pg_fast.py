@@ -43,7 +43,7 @@ from sqlalchemy import exc
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ira.runtime.store.plans import NO_COLUMNS, PLANNABLE, FastResult, Plan, Plans, call_parameters
+from ira.runtime.store.plans import PLANNABLE, Plan, Plans, call_parameters
 
 _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 _PLANS = Plans(caller_lists=True)
@@ -64,10 +64,8 @@ class FastConnection(AsyncConnection):
         many = isinstance(params, list)
         bound: Any = [plan.row(p) for p in params] if many else plan.row(params)
         rows, status = await self._run(adapted, plan.sql, bound, many)
-        result = FastResult(plan.metadata or NO_COLUMNS, iter(rows))
         found = _ROWCOUNT.match(status or "")
-        result.rowcount = int(found.group(1)) if found else -1
-        return result
+        return plan.result(rows, int(found.group(1)) if found else -1)
 
     async def _run(self, adapted: AsyncAdapt_asyncpg_connection, sql: str, bound: Any, many: bool
                    ) -> tuple[Sequence[Any], str | None]:

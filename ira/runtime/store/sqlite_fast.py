@@ -10,7 +10,9 @@ comes back (the store's statements are built once, at import) is compiled once p
 parameter names into its SQL string, where each positional parameter comes from, its type's
 bind processor, and its result columns' keys and processors (``store/plans.py``, shared with
 ``pg_fast``); executing it is then building one tuple, one ``sqlite3`` call and a light
-``Result``. Several parameter sets with RETURNING (an
+``Result`` with its plan's row maker. The plan of a statement seen before with the same parameter
+names is found by the statement's identity (``Plans.known``), before any other check of the
+statement or its parameters. Several parameter sets with RETURNING (an
 ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` of several rows) run the single-row plan once per
 set, in order, their rows concatenated.
 
@@ -33,10 +35,13 @@ from sqlalchemy import exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import UpdateBase
 
-from ira.runtime.store.plans import NO_COLUMNS, PLANNABLE, FastResult, Plan, Plans, call_parameters
+from ira.runtime.store.plans import PLANNABLE, FastResult, Plan, Plans, call_parameters
 from ira.runtime.store.sqlite_driver import OneHopConnection, run_statement
 
 _PLANS = Plans(caller_lists=False)
+
+
+_NO_PARAMETERS: dict[str, Any] = {}
 
 
 class FastConnection(AsyncConnection):
@@ -47,18 +52,58 @@ class FastConnection(AsyncConnection):
     async def execute(  # type: ignore[override]
         self, statement: Any, parameters: Any = None, *, execution_options: Any = None,
     ) -> Any:
-        fast = self._fast(statement, parameters, execution_options)
+        raw = self._inline()
+        if raw is not None and not execution_options:
+            # the store's usual call, a statement planned before with the same parameter names:
+            # the answer remembered for this statement object (``Plans.known``), nothing checked again
+            params = _NO_PARAMETERS if parameters is None else parameters
+            if type(params) is dict:
+                known = _PLANS.known.get(id(statement))
+                if known is not None and known[0] is statement and known[1] == params.keys():
+                    if known[2] is not None:
+                        return self._one(known[2], raw, params)
+                    return await super().execute(statement, parameters, execution_options=execution_options)
+        fast = self._fast(statement, parameters, execution_options, raw)
         if fast is None:
             return await super().execute(statement, parameters, execution_options=execution_options)
         plan, raw, params = fast
-        if isinstance(params, list) and plan.metadata is not None:
+        if not isinstance(params, list):
+            return self._one(plan, raw, params)
+        if plan.metadata is not None:
             return self._each(plan, raw, params)
-        many = isinstance(params, list)
-        bound: Any = [plan.row(p) for p in params] if many else plan.row(params)
-        description, rows, rowcount = self._run(plan, raw, bound, many)
-        result = FastResult(plan.metadata or NO_COLUMNS, iter(rows if description else ()))
-        result.rowcount = rowcount
-        return result
+        description, rows, rowcount = self._run(plan, raw, [plan.row(p) for p in params], True)
+        return plan.result(rows if description else (), rowcount)
+
+    def _inline(self) -> sqlite3.Connection | None:
+        """The ``sqlite3`` connection, if this connection writes inline (``begin_writing``) and
+        nothing watches its statements (connection, engine or dialect events, echo): then a
+        statement may run from its plan. None: SQLAlchemy's path."""
+        sync = self.sync_connection
+        if sync is None:
+            return None
+        pooled = sync._dbapi_connection  # None once closed or invalidated
+        if pooled is None or sync._has_events or sync.engine._has_events or sync.dialect._has_events or sync._echo:
+            return None
+        adapted = pooled.dbapi_connection
+        if not isinstance(adapted, OneHopConnection) or not adapted.inline:
+            return None
+        conn: sqlite3.Connection = adapted._connection._conn
+        return conn
+
+    def _one(self, plan: Plan, raw: sqlite3.Connection, params: Mapping[str, Any]) -> FastResult:
+        """One execution of ``plan`` on the event loop's thread: its rows and rowcount."""
+        bound = plan.row(params)
+        try:
+            cursor = raw.execute(plan.sql, bound)
+            try:
+                rows = cursor.fetchall() if cursor.description else ()
+                rowcount = cursor.rowcount
+            finally:
+                cursor.close()
+        except sqlite3.Error as error:
+            raise exc.DBAPIError.instance(plan.sql, bound, error, sqlite3.Error,
+                                          dialect=self.sync_engine.dialect) from error
+        return plan.result(rows, rowcount)
 
     def _each(self, plan: Plan, raw: sqlite3.Connection, params: list[Mapping[str, Any]]) -> FastResult:
         """Several rows with RETURNING: one execution of the single-row plan per row, their rows in
@@ -70,10 +115,7 @@ class FastConnection(AsyncConnection):
             _, rows, rowcount = self._run(plan, raw, plan.row(one), False)
             out.extend(rows)
             count += max(rowcount, 0)
-        assert plan.metadata is not None
-        result = FastResult(plan.metadata, iter(out))
-        result.rowcount = count
-        return result
+        return plan.result(out, count)
 
     def _run(self, plan: Plan, raw: sqlite3.Connection, bound: Any, many: bool) -> tuple[Any, list[Any], int]:
         try:
@@ -83,17 +125,10 @@ class FastConnection(AsyncConnection):
                                           dialect=self.sync_engine.dialect) from error
         return description, rows, rowcount
 
-    def _fast(self, statement: Any, parameters: Any, execution_options: Any
+    def _fast(self, statement: Any, parameters: Any, execution_options: Any, raw: sqlite3.Connection | None
               ) -> tuple[Plan, sqlite3.Connection, Any] | None:
         """(plan, sqlite3 connection, parameters: a mapping, or a list of them for executemany)."""
-        if execution_options or not isinstance(statement, PLANNABLE) or statement._execution_options:
-            return None
-        sync = self.sync_connection
-        if sync is None or sync.closed or sync._has_events or sync.engine._has_events or sync.dialect._has_events \
-                or sync._echo:
-            return None
-        adapted = sync.connection.dbapi_connection
-        if not isinstance(adapted, OneHopConnection) or not adapted.inline:
+        if raw is None or execution_options or not isinstance(statement, PLANNABLE) or statement._execution_options:
             return None
         called = call_parameters(parameters)
         if called is None:
@@ -102,8 +137,8 @@ class FastConnection(AsyncConnection):
         many = isinstance(params, list)
         if many and isinstance(statement, UpdateBase) and statement._returning:
             many = False  # run row by row from the single-row plan (``_each``)
-        plan = _PLANS.plan(statement, sync.engine.dialect, keys, params[0] if isinstance(params, list) else params,
-                           many)
+        plan = _PLANS.plan(statement, self.sync_engine.dialect, keys,
+                           params[0] if isinstance(params, list) else params, many)
         if plan is None:
             return None
-        return plan, adapted._connection._conn, params
+        return plan, raw, params

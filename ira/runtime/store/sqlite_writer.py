@@ -17,10 +17,11 @@ its task was cancelled), which reusing it here could not promise.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
+from sqlalchemy.engine import RootTransaction
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ira.runtime.store import sqlite_driver
@@ -30,29 +31,18 @@ log = logging.getLogger(__name__)
 
 
 class SQLiteWriter:
-    """The write connection of one ``Database`` on SQLite; used under its write lock only."""
+    """The write connection of one ``Database`` on SQLite; used under ``lock``, the
+    ``Database``'s write lock, which its transactions take first and let go of last."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, lock: asyncio.Lock) -> None:
         self._engine = engine
+        self._lock = lock
         self._conn: AsyncConnection | None = None
         self._adapted: sqlite_driver.OneHopConnection | None = None
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+    def transaction(self) -> _WriteTransaction:
         """A write transaction on the kept connection: committed when the block ends."""
-        conn, adapted = await self._connection()
-        committed = False
-        try:
-            await sqlite_driver.begin_writing(adapted)
-            try:
-                async with conn.begin():
-                    yield conn
-            finally:
-                sqlite_driver.end_writing(adapted)
-            committed = True
-        finally:
-            if not committed:
-                await self.close()
+        return _WriteTransaction(self)
 
     async def _connection(self) -> tuple[AsyncConnection, sqlite_driver.OneHopConnection]:
         if self._conn is not None and self._adapted is not None:
@@ -79,3 +69,60 @@ class SQLiteWriter:
             await conn.close()
         except Exception:  # the next transaction opens another; the pool drops a broken one
             log.warning("closing SQLite's write connection failed", exc_info=True)
+
+
+class _WriteTransaction:
+    """``SQLiteWriter.transaction``: the write lock, SQLite's lock (``begin_writing``) and
+    SQLAlchemy's transaction on the sync connection, ended in the reverse order.
+
+    SQLAlchemy's transaction is begun and ended on the sync connection itself:
+    ``AsyncConnection.begin`` runs the same begin and exit each in a greenlet of its own, which
+    inline, where nothing awaits, is all they add (~20 % of an empty write transaction's
+    instructions). A class rather than two nested ``asynccontextmanager`` generators (the lock's
+    and this): each such layer is a generator, a coroutine per enter and exit, and its frames."""
+
+    __slots__ = ("_writer", "_adapted", "_transaction")
+    _adapted: sqlite_driver.OneHopConnection
+    _transaction: RootTransaction
+
+    def __init__(self, writer: SQLiteWriter) -> None:
+        self._writer = writer
+
+    async def __aenter__(self) -> AsyncConnection:
+        writer = self._writer
+        await writer._lock.acquire()
+        try:
+            conn, adapted = await writer._connection()
+            try:
+                await sqlite_driver.begin_writing(adapted)
+                try:
+                    sync = conn.sync_connection
+                    assert sync is not None  # started in ``_connection``
+                    self._transaction = sync.begin()
+                except BaseException:
+                    sqlite_driver.end_writing(adapted)
+                    raise
+            except BaseException:
+                await writer.close()
+                raise
+        except BaseException:
+            writer._lock.release()
+            raise
+        self._adapted = adapted
+        return conn
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        try:
+            committed = False
+            try:
+                try:
+                    self._transaction.__exit__(kind, error, traceback)  # commits, or rolls back
+                finally:
+                    sqlite_driver.end_writing(self._adapted)
+                committed = kind is None
+            finally:
+                if not committed:
+                    await self._writer.close()
+        finally:
+            self._writer._lock.release()
