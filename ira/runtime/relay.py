@@ -59,11 +59,20 @@ class OutboxRelay:
     lanes: Sequence[Sequence[str]] = ()
     """Topics in priority order (``outbox.claim_batch``): latency-critical ones before bulk ones."""
 
+    found: bool = True
+    """Whether the last pass claimed anything. After an empty one, the next pass first asks a
+    reader (``outbox.any_claimable``) and takes the write transaction only when there is work."""
+
     async def relay_once(self) -> int:
         """Publish one batch; returns how many rows were marked sent."""
+        if not self.found:
+            async with self.db.reader() as conn:
+                if not await outbox.any_claimable(conn, now=self.clock.now()):
+                    return 0
         async with self.db.transaction() as conn:
             rows = await outbox.claim_batch(conn, relay_id=self.relay_id, now=self.clock.now(),
                                             lease=self.lease, limit=self.batch_size, lanes=self.lanes)
+        self.found = bool(rows)
         if not rows:
             return 0
         results = await self.publisher.publish_raw_many(

@@ -231,6 +231,20 @@ _OLDEST_UNSENT = select(func.min(outbox.c.created_at)).where(outbox.c.sent_at.is
 """Built once: read every scanner pass (see ``timers._DUE``)."""
 
 
+_ANY_CLAIMABLE = select(outbox.c.id).where(_claimable(bindparam("now", type_=outbox.c.claimed_until.type))).limit(1)
+"""Built once: the idle relay's question before each pass (``any_claimable``)."""
+
+
+async def any_claimable(conn: AsyncConnection, *, now: datetime) -> bool:
+    """Whether ``claim_batch`` would find a row: one read, answered from a reader connection.
+
+    An idle relay asks this instead of claiming: a claim is a write transaction (on SQLite the
+    one write lock, which every step's commit waits for; on PostgreSQL BEGIN, a claim per lane,
+    COMMIT), taken every poll interval even when there is nothing to send.
+    """
+    return (await conn.execute(_ANY_CLAIMABLE, {"now": now})).first() is not None
+
+
 async def oldest_unsent_age(conn: AsyncConnection, *, now: datetime) -> timedelta | None:
     """How long the oldest unsent row has waited (the relay's health, exported as a metric)."""
     oldest = (await conn.execute(_OLDEST_UNSENT)).scalar()

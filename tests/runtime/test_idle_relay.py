@@ -1,0 +1,64 @@
+"""An idle relay asks a reader whether there is anything to send before it claims (SQLite and
+PostgreSQL): it no longer takes a write transaction every poll interval, and it still sends
+what commits later and re-sends rows whose lease expired."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from ira.core.clock import FrozenClock
+from ira.runtime.relay import OutboxRelay
+from ira.runtime.store import outbox
+from ira.runtime.store.database import Database
+from tests.contracts.test_store import T0
+from tests.runtime.test_intake import RecordingPublisher
+from tests.runtime.test_resend import message
+
+LEASE = timedelta(seconds=15)
+
+
+async def test_an_idle_relay_does_not_wait_for_the_write_lock(db: Database) -> None:
+    if db.dialect != "sqlite":
+        pytest.skip("PostgreSQL has no single write lock to wait for")
+    # Given a relay whose last pass found nothing
+    relay = OutboxRelay(db=db, publisher=RecordingPublisher(), clock=FrozenClock(T0))
+    assert await relay.relay_once() == 0
+    # When it passes again while another transaction holds SQLite's write lock
+    async with db.transaction():
+        moved = await asyncio.wait_for(relay.relay_once(), timeout=10)
+    # Then it answered from a reader, without waiting for the lock (it would wait forever here)
+    assert moved == 0
+
+
+async def test_after_idle_passes_the_relay_sends_what_commits_later(db: Database) -> None:
+    # Given a relay that found nothing twice
+    publisher, clock = RecordingPublisher(), FrozenClock(T0)
+    relay = OutboxRelay(db=db, publisher=publisher, clock=clock, lease=LEASE)
+    assert (await relay.relay_once(), await relay.relay_once()) == (0, 0)
+    # When a transaction commits two messages
+    async with db.transaction() as conn:
+        await outbox.enqueue(conn, [message(message_id="m1"), message(message_id="m2")], at=T0)
+    # Then the next pass sends both, and the pass after it finds nothing again
+    assert await relay.relay_once() == 2
+    assert await relay.relay_once() == 0
+    assert sorted(r.key for r in publisher.records) == ["acme:k", "acme:k"]
+
+
+async def test_an_idle_relay_resends_a_row_whose_lease_expired(db: Database) -> None:
+    # Given a row another relay claimed (and died before marking it sent)
+    clock = FrozenClock(T0)
+    async with db.transaction() as conn:
+        await outbox.enqueue(conn, [message(message_id="lost")], at=T0)
+    async with db.transaction() as conn:
+        assert len(await outbox.claim_batch(conn, relay_id="dead", now=T0, lease=LEASE, limit=10)) == 1
+    publisher = RecordingPublisher()
+    relay = OutboxRelay(db=db, publisher=publisher, clock=clock, lease=LEASE)
+    # When this relay passes while the lease holds, then after it expired
+    held = await relay.relay_once()
+    clock.advance(LEASE + timedelta(seconds=1))
+    expired = await relay.relay_once()
+    # Then it leaves the leased row alone and sends it once the lease is over
+    assert (held, expired, len(publisher.records)) == (0, 1, 1)
