@@ -111,10 +111,15 @@ async def confirm(conn: AsyncConnection, run: Run, op: Operation, ticket: Ticket
 
 
 async def record_receipt(deps: Deps, op: Operation, ticket: Ticket, *, adopted: bool, epoch: int) -> str:
-    """C5 alone, in its own transaction (reconciliation: nobody's step to finish). Returns the receipt ref."""
+    """C5 alone, in its own transaction (reconciliation: nobody's step to finish). Returns the receipt ref.
+
+    The run's row is locked first, as every writer of a run and its Operations does
+    (:func:`lock_run`, then the Operation): ``confirm`` locks the Operation's row and the event's
+    append the run's, and taken in that order they deadlocked with a cancel's reconciliation
+    on PostgreSQL."""
     now = deps.clock.now()
     async with deps.db.transaction() as conn:
-        run = await runs.get_run(conn, op.tenant_id, op.run_id)
+        run = await lock_run(conn, op.tenant_id, op.run_id)
         confirmed = await confirm(conn, run, op, ticket, adopted=adopted, epoch=epoch, config=deps.config, at=now)
         await confirmed.tell(conn, run, at=now)
         assert confirmed.receipt_ref is not None

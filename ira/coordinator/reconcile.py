@@ -239,6 +239,7 @@ async def close_manual_repair(
         except NotFoundError as exc:
             raise DomainError("closing a manual repair needs evidence: store it as an artifact first") from exc
         op = await operations.get_operation(conn, tenant_id, str(item["facts"]["operation_id"]))
+        await lock_run(conn, tenant_id, op.run_id)  # the run's row before the Operation's, as every writer
         fact = OperationFact.CONFIRMED_SUCCESS if external_ref else OperationFact.CONFIRMED_FAILURE
         await operations.move(conn, op, to=fact, external_ref=external_ref, handling=OperationHandling.NONE, at=now)
         await records.close_work_items(conn, tenant_id, op.run_id, kind=MANUAL_REPAIR, at=now, facts={
