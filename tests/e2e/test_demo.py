@@ -17,6 +17,7 @@ from tests.processes import free_port, ira_command
 ADMIN = {"authorization": "Bearer dev-admin-token"}
 
 
+@pytest.mark.timeout(360)  # the demo's line (<= 120 s), the waiting run, approval, completion
 async def test_ira_dev_demo_plays_the_bundle_to_an_approved_ticket(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRA_")}
@@ -35,6 +36,15 @@ async def test_ira_dev_demo_plays_the_bundle_to_an_approved_ticket(tmp_path: Pat
                     return None
                 return listed[0] if listed else None
 
+            def demo_said_run_started() -> bool:  # a person reads this line first, then approves
+                assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-3000:]
+                return "demo      run started:" in (tmp_path / "dev.log").read_text()
+
+            try:
+                await eventually(demo_said_run_started, timeout=120, interval=0.5)
+            except AssertionError:
+                shown = (tmp_path / "dev.log").read_text()
+                raise AssertionError([line for line in shown.splitlines() if line.startswith("demo ")]) from None
             run = await eventually(waiting_run, timeout=90, interval=0.5, message="a run waiting for approval")
             assert run["wait_kind"] == "approval"
             detail = (await client.get(f"/v1/runs/{run['run_id']}")).json()
