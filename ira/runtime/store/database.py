@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ira.core.commit import OutboxMessage
 from ira.core.run import Claim, Run, Step
 from ira.runtime.store import pg_fast, sqlite_driver
+from ira.runtime.store.pg_writer import PgWriters
 from ira.runtime.store.sqlite_writer import SQLiteWriter
 from ira.runtime.store.wal_checkpoint import WalCheckpointer
 
@@ -251,6 +252,9 @@ class Database:
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = SQLiteWriter(engine, self._write_lock) if self._write_lock is not None else None
+        self._pg_writers = PgWriters(engine, keep=max(1, getattr(engine.pool, "size", lambda: 2)() // 2)) \
+            if self.dialect == "postgresql" else None
+        """PostgreSQL: write transactions on kept connections (``pg_writer``), half the pool at most."""
         path = engine.url.database if self.dialect == "sqlite" else None
         self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
         """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""
@@ -319,10 +323,12 @@ class Database:
 
     def _begin(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """The transaction itself: SQLite's under the write lock (``SQLiteWriter``), PostgreSQL's
-        on a pooled connection."""
-        if self._writer is None:
-            return self.engine.begin()
-        return self._writer.transaction()
+        on a kept connection (``PgWriters``)."""
+        if self._writer is not None:
+            return self._writer.transaction()
+        if self._pg_writers is not None:
+            return self._pg_writers.transaction()
+        return self.engine.begin()
 
     @contextmanager
     def listening(self, listener: CommitListener) -> Iterator[None]:
@@ -389,4 +395,6 @@ class Database:
             await asyncio.to_thread(self.wal_checkpointer.stop)
         if self._writer is not None:
             await self._writer.close()
+        if self._pg_writers is not None:
+            await self._pg_writers.close()
         await self.engine.dispose()

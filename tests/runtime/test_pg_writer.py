@@ -1,0 +1,135 @@
+"""PostgreSQL write transactions on kept connections (pg_writer).
+
+What must hold: a connection is reused across transactions, also after a block that failed
+and rolled back; one whose server backend was terminated while it idled, or whose statement was
+cancelled mid-flight, is never used again and the next transaction commits on a new one; no
+more than ``keep`` stay checked out between transactions, and closing the database returns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+
+from ira.runtime.store.database import Database
+from tests.eventually import eventually
+from tests.store_fixtures import _drop_schema, open_database, postgres_test_url
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pg(tmp_path: Path) -> AsyncIterator[Database]:
+    db, schema = await open_database("postgresql", tmp_path)
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("CREATE TABLE counter (n INTEGER NOT NULL)"))
+            await conn.execute(text("INSERT INTO counter VALUES (0)"))
+        yield db
+    finally:
+        await db.close()
+        assert schema is not None
+        await _drop_schema(postgres_test_url(), schema)
+
+
+async def _count(db: Database) -> int:
+    async with db.reader() as conn:
+        return int((await conn.execute(text("SELECT n FROM counter"))).scalar_one())
+
+
+async def _backend_pid(conn) -> int:  # type: ignore[no-untyped-def]
+    return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def test_a_connection_is_kept_across_transactions_and_after_a_rollback(pg: Database) -> None:
+    async with pg.transaction() as conn:
+        first = await _backend_pid(conn)
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    with pytest.raises(RuntimeError):
+        async with pg.transaction() as conn:
+            assert await _backend_pid(conn) == first
+            await conn.execute(text("UPDATE counter SET n = n + 10"))
+            raise RuntimeError("refused")
+    async with pg.transaction() as conn:
+        assert await _backend_pid(conn) == first
+        await conn.execute(text("UPDATE counter SET n = n + 2"))
+    assert await _count(pg) == 3
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_used_again(pg: Database) -> None:
+    async with pg.transaction() as conn:
+        first = await _backend_pid(conn)
+    admin = await asyncpg.connect(postgres_test_url())
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
+    finally:
+        await admin.close()
+    await eventually(lambda: _closed(pg), message="asyncpg read the server's close")
+    async with pg.transaction() as conn:
+        assert await _backend_pid(conn) != first
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    assert await _count(pg) == 1
+
+
+def _closed(db: Database) -> bool:
+    """Whether every kept connection's socket was seen closed by asyncpg (it reads the close
+    while the connection idles on the event loop)."""
+    idle = db._pg_writers._idle  # type: ignore[union-attr]
+    return all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
+               for c in idle)
+
+
+async def test_a_write_cancelled_mid_statement_leaves_its_connection_and_the_next_one_commits(pg: Database) -> None:
+    async with pg.transaction() as conn:
+        first = await _backend_pid(conn)
+    started = asyncio.Event()
+
+    async def sleeping() -> None:
+        async with pg.transaction() as conn:
+            await conn.execute(text("UPDATE counter SET n = n + 10"))
+            started.set()
+            await conn.execute(text("SELECT pg_sleep(30)"))
+
+    task = asyncio.create_task(sleeping())
+    await asyncio.wait_for(started.wait(), timeout=10)
+    admin = await asyncpg.connect(postgres_test_url())
+    try:  # the server runs the sleep: the statement is in flight when the cancellation comes
+        await eventually(lambda: admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' AND state = 'active'"),
+            message="the sleep runs on the server")
+    finally:
+        await admin.close()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=10)
+    async with pg.transaction() as conn:
+        assert await _backend_pid(conn) != first
+        await conn.execute(text("UPDATE counter SET n = n + 1"))
+    assert await _count(pg) == 1  # the cancelled write was rolled back
+
+
+async def test_at_most_keep_connections_stay_out_and_close_returns_them(pg: Database) -> None:
+    writers = pg._pg_writers
+    assert writers is not None
+    gate = asyncio.Event()
+
+    async def write() -> None:
+        async with pg.transaction() as conn:
+            await conn.execute(text("UPDATE counter SET n = n + 1"))
+            await gate.wait()
+
+    tasks = [asyncio.create_task(write()) for _ in range(25)]
+    await eventually(lambda: pg.engine.pool.checkedout() >= 25,  # type: ignore[attr-defined]
+                     message="25 transactions hold a connection each")
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+    assert await _count(pg) == 25
+    assert writers.idle == writers._keep < 25
+    assert pg.engine.pool.checkedout() == writers._keep  # type: ignore[attr-defined]
+    await writers.close()
+    assert pg.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
