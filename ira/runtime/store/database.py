@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ira.core.commit import OutboxMessage
 from ira.core.run import Claim, Run, Step
 from ira.runtime.store import pg_fast, sqlite_driver
-from ira.runtime.store.pg_writer import PgWriters
+from ira.runtime.store.pg_kept import KeptConnections
 from ira.runtime.store.sqlite_writer import SQLiteWriter
 from ira.runtime.store.wal_checkpoint import WalCheckpointer
 
@@ -252,9 +252,10 @@ class Database:
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = SQLiteWriter(engine, self._write_lock) if self._write_lock is not None else None
-        self._pg_writers = PgWriters(engine, keep=max(1, getattr(engine.pool, "size", lambda: 2)() // 2)) \
+        self._pg_kept = KeptConnections(engine, keep=max(1, getattr(engine.pool, "size", lambda: 2)() // 2)) \
             if self.dialect == "postgresql" else None
-        """PostgreSQL: write transactions on kept connections (``pg_writer``), half the pool at most."""
+        """PostgreSQL: write transactions and reads on kept connections (``pg_kept``), each kind
+        at most half the pool."""
         path = engine.url.database if self.dialect == "sqlite" else None
         self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
         """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""
@@ -323,11 +324,11 @@ class Database:
 
     def _begin(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """The transaction itself: SQLite's under the write lock (``SQLiteWriter``), PostgreSQL's
-        on a kept connection (``PgWriters``)."""
+        on a kept connection (``KeptConnections``)."""
         if self._writer is not None:
             return self._writer.transaction()
-        if self._pg_writers is not None:
-            return self._pg_writers.transaction()
+        if self._pg_kept is not None:
+            return self._pg_kept.transaction()
         return self.engine.begin()
 
     @contextmanager
@@ -342,7 +343,17 @@ class Database:
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:
         """A read-only view; on SQLite it never waits for the writer; on PostgreSQL its reads
-        run without a transaction around them (``pg_fast.reading_without_transaction``)."""
+        run without a transaction around them (``pg_fast.reading_without_transaction``), on a
+        kept connection (``pg_kept``)."""
+        if self._pg_kept is not None:
+            async with self._pg_kept.read() as conn:
+                info = conn.info
+                info[_READER] = True
+                try:
+                    yield conn
+                finally:
+                    info.pop(_READER, None)
+            return
         async with self.engine.connect() as conn:
             info = conn.info  # taken now, as in ``transaction``
             info[_READER] = True
@@ -395,6 +406,6 @@ class Database:
             await asyncio.to_thread(self.wal_checkpointer.stop)
         if self._writer is not None:
             await self._writer.close()
-        if self._pg_writers is not None:
-            await self._pg_writers.close()
+        if self._pg_kept is not None:
+            await self._pg_kept.close()
         await self.engine.dispose()

@@ -1,4 +1,4 @@
-"""PostgreSQL write transactions on connections kept out of the pool between them.
+"""PostgreSQL: write transactions and reads on connections kept out of the pool between them.
 
 ``AsyncEngine.begin`` opens an ``AsyncConnection`` per transaction: a pool checkout in a
 greenlet, SQLAlchemy's transaction begun and ended in greenlets of their own, and a close that
@@ -12,9 +12,14 @@ durable step is one such transaction, a run to its approval wait about eight.
 So up to ``keep`` connections stay checked out between transactions, each taken by one
 transaction at a time: BEGIN still goes with the first statement (``pg_fast``), COMMIT or
 ROLLBACK ends it, and a connection goes back to the idle ones only if nothing went wrong with
-it. Anything else (a commit or rollback that raised or was cancelled, a connection the server
-closed, one ``pg_fast`` abandoned) is invalidated and handed back to the pool, which opens a
-new one: what ``AsyncEngine.begin`` would have done. A kept connection the server closed while
+it. Reads (``Database.reader``: statements in autocommit, no BEGIN, see
+``pg_fast.reading_without_transaction``) keep connections of their own the same way: an idle
+relay, the scanner and the dashboard's API each open one per poll or request, ~95 µs of CPU
+through ``AsyncEngine.connect`` before the first statement.
+
+Any other connection (a commit or rollback that raised or was cancelled, a connection the
+server closed, one ``pg_fast`` abandoned) is invalidated and handed back to the pool, which
+opens a new one: what ``AsyncEngine.begin`` would have done. A kept connection the server closed while
 it was idle is found as the pool's checkout hook finds one (asyncpg read the close from the
 socket) and is not used.
 """
@@ -23,36 +28,44 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager
 from types import TracebackType
 
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ira.runtime.store.pg_fast import FastConnection
+from ira.runtime.store.pg_fast import FastConnection, reading_without_transaction
 
 log = logging.getLogger(__name__)
 
 
-class PgWriters:
-    """The write transactions of one ``Database`` on PostgreSQL and their kept connections."""
+class KeptConnections:
+    """One ``Database``'s kept PostgreSQL connections: for write transactions, and apart for reads."""
 
     def __init__(self, engine: AsyncEngine, *, keep: int) -> None:
         self._engine = engine
         self._keep = keep
         self._idle: list[AsyncConnection] = []
+        """Kept for write transactions."""
+        self._reading: list[AsyncConnection] = []
+        """Kept for reads (autocommit while one runs)."""
 
-    def transaction(self) -> _PgTransaction:
+    def transaction(self) -> _Transaction:
         """A write transaction on a kept (or new) connection: committed when the block ends."""
-        return _PgTransaction(self)
+        return _Transaction(self)
+
+    def read(self) -> _Read:
+        """A connection whose statements run without a transaction around them, kept for reads."""
+        return _Read(self)
 
     @property
     def idle(self) -> int:
-        """Connections kept between transactions right now."""
+        """Connections kept between write transactions right now."""
         return len(self._idle)
 
-    async def _take(self) -> AsyncConnection:
-        while self._idle:
-            conn = self._idle.pop()  # the most recently used: its backend is the warmest
+    async def _take(self, idle: list[AsyncConnection]) -> AsyncConnection:
+        while idle:
+            conn = idle.pop()  # the most recently used: its backend is the warmest
             if _usable(conn):
                 return conn
             await _discard(conn)
@@ -60,16 +73,16 @@ class PgWriters:
         await conn.start()
         return conn
 
-    def _keep_or_not(self, conn: AsyncConnection) -> bool:
-        if len(self._idle) < self._keep and _usable(conn):
-            self._idle.append(conn)
+    def _keep_or_not(self, conn: AsyncConnection, idle: list[AsyncConnection]) -> bool:
+        if len(idle) < self._keep and _usable(conn):
+            idle.append(conn)
             return True
         return False
 
     async def close(self) -> None:
         """Hand every kept connection back to the pool."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
+        idle, self._idle, reading, self._reading = self._idle, [], self._reading, []
+        for conn in [*idle, *reading]:
             try:
                 await conn.close()
             except Exception:  # the pool drops a broken one
@@ -103,8 +116,8 @@ async def _discard(conn: AsyncConnection) -> None:
     await _close(conn)
 
 
-class _PgTransaction:
-    """``PgWriters.transaction``: SQLAlchemy's transaction on the kept connection's sync
+class _Transaction:
+    """``KeptConnections.transaction``: SQLAlchemy's transaction on the kept connection's sync
     connection (no I/O: ``pg_fast`` sends BEGIN with the first statement), ended by COMMIT, or
     by ROLLBACK after an error; the connection is kept again only if that ended cleanly."""
 
@@ -112,11 +125,11 @@ class _PgTransaction:
     _conn: AsyncConnection
     _transaction: RootTransaction
 
-    def __init__(self, writers: PgWriters) -> None:
+    def __init__(self, writers: KeptConnections) -> None:
         self._writers = writers
 
     async def __aenter__(self) -> AsyncConnection:
-        conn = await self._writers._take()
+        conn = await self._writers._take(self._writers._idle)
         try:
             sync = conn.sync_connection
             assert sync is not None  # started in ``_take``
@@ -143,7 +156,48 @@ class _PgTransaction:
         finally:
             if not ended:
                 await _discard(conn)
-            elif not self._writers._keep_or_not(conn):
+            elif not self._writers._keep_or_not(conn, self._writers._idle):
+                await _close(conn)
+
+
+class _Read:
+    """``KeptConnections.read``: a kept connection in autocommit while the block runs
+    (``pg_fast.reading_without_transaction``); at its end SQLAlchemy's transaction, begun without
+    I/O by the first statement, is ended (nothing was begun on the server) and the connection kept
+    if it is still sound. A read that failed leaves nothing open: its connection is kept too,
+    unless ``pg_fast`` abandoned it (a statement cut off or a lost connection)."""
+
+    __slots__ = ("_kept", "_conn", "_autocommit")
+    _conn: AsyncConnection
+    _autocommit: AbstractContextManager[None]
+
+    def __init__(self, kept: KeptConnections) -> None:
+        self._kept = kept
+
+    async def __aenter__(self) -> AsyncConnection:
+        conn = await self._kept._take(self._kept._reading)
+        try:
+            self._autocommit = reading_without_transaction(conn)
+            self._autocommit.__enter__()
+        except BaseException:
+            await _discard(conn)
+            raise
+        self._conn = conn
+        return conn
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        conn, ended = self._conn, False
+        try:
+            self._autocommit.__exit__(kind, error, traceback)
+            sync = conn.sync_connection
+            if sync is not None and not sync.closed and not sync.invalidated:
+                await conn.rollback()  # SQLAlchemy's own: no round trip, nothing began on the server
+                ended = True
+        finally:
+            if not ended:
+                await _discard(conn)
+            elif not self._kept._keep_or_not(conn, self._kept._reading):
                 await _close(conn)
 
 

@@ -1,9 +1,10 @@
-"""PostgreSQL write transactions on kept connections (pg_writer).
+"""PostgreSQL write transactions and reads on kept connections (pg_kept).
 
 What must hold: a connection is reused across transactions, also after a block that failed
 and rolled back; one whose server backend was terminated while it idled, or whose statement was
 cancelled mid-flight, is never used again and the next transaction commits on a new one; no
 more than ``keep`` stay checked out between transactions, and closing the database returns them.
+Reads keep their own connections the same way, with no transaction around their statements.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used_again(pg: D
 def _closed(db: Database) -> bool:
     """Whether every kept connection's socket was seen closed by asyncpg (it reads the close
     while the connection idles on the event loop)."""
-    idle = db._pg_writers._idle  # type: ignore[union-attr]
+    idle = db._pg_kept._idle  # type: ignore[union-attr]
     return all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
                for c in idle)
 
@@ -114,7 +115,7 @@ async def test_a_write_cancelled_mid_statement_leaves_its_connection_and_the_nex
 
 
 async def test_at_most_keep_connections_stay_out_and_close_returns_them(pg: Database) -> None:
-    writers = pg._pg_writers
+    writers = pg._pg_kept
     assert writers is not None
     gate = asyncio.Event()
 
@@ -130,6 +131,46 @@ async def test_at_most_keep_connections_stay_out_and_close_returns_them(pg: Data
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
     assert await _count(pg) == 25
     assert writers.idle == writers._keep < 25
-    assert pg.engine.pool.checkedout() == writers._keep  # type: ignore[attr-defined]
+    assert len(writers._reading) == 1  # the count's read
+    assert pg.engine.pool.checkedout() == writers._keep + 1  # type: ignore[attr-defined]
     await writers.close()
     assert pg.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_read_is_kept_for_the_next_read_and_runs_each_statement_on_its_own(pg: Database) -> None:
+    async with pg.reader() as conn:
+        first = await _backend_pid(conn)
+        one, two = [(await conn.execute(text("SELECT txid_current()"))).scalar_one() for _ in range(2)]
+        assert one != two  # autocommit: no transaction around the read's statements
+    async with pg.transaction() as conn:
+        await conn.execute(text("UPDATE counter SET n = n + 7"))
+    async with pg.reader() as conn:
+        assert await _backend_pid(conn) == first
+        assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 7
+
+
+async def test_a_read_that_failed_leaves_its_connection_usable(pg: Database) -> None:
+    with pytest.raises(Exception, match="division by zero"):
+        async with pg.reader() as conn:
+            first = await _backend_pid(conn)
+            await conn.execute(text("SELECT 1 / (n - n) FROM counter"))
+    async with pg.reader() as conn:
+        assert await _backend_pid(conn) == first
+        assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0
+
+
+async def test_a_read_connection_the_server_closed_while_idle_is_not_used_again(pg: Database) -> None:
+    async with pg.reader() as conn:
+        first = await _backend_pid(conn)
+    admin = await asyncpg.connect(postgres_test_url())
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
+    finally:
+        await admin.close()
+    kept = pg._pg_kept
+    assert kept is not None
+    await eventually(lambda: all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
+                                 for c in kept._reading), message="asyncpg read the server's close")
+    async with pg.reader() as conn:
+        assert await _backend_pid(conn) != first
+        assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0
