@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.runtime.store.database import Database
 from tests.eventually import eventually
@@ -62,27 +63,29 @@ async def test_a_connection_is_kept_across_transactions_and_after_a_rollback(pg:
     assert await _count(pg) == 3
 
 
-async def test_a_connection_the_server_closed_while_idle_is_not_used_again(pg: Database) -> None:
-    async with pg.transaction() as conn:
+@pytest.mark.parametrize("use", ["transaction", "reader"])
+async def test_a_connection_the_server_closed_while_idle_is_not_used_again(pg: Database, use: str) -> None:
+    kept = pg._pg_kept
+    assert kept is not None
+    opened = pg.transaction if use == "transaction" else pg.reader
+    async with opened() as conn:
         first = await _backend_pid(conn)
+    await _terminated(first, kept._idle if use == "transaction" else kept._reading)
+    async with opened() as conn:
+        assert await _backend_pid(conn) != first
+        assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0
+
+
+async def _terminated(pid: int, kept: list[AsyncConnection]) -> None:
+    """End server backend ``pid`` and wait until asyncpg saw every ``kept`` connection closed (it
+    reads the close while the connection idles on the event loop)."""
     admin = await asyncpg.connect(postgres_test_url())
     try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
     finally:
         await admin.close()
-    await eventually(lambda: _closed(pg), message="asyncpg read the server's close")
-    async with pg.transaction() as conn:
-        assert await _backend_pid(conn) != first
-        await conn.execute(text("UPDATE counter SET n = n + 1"))
-    assert await _count(pg) == 1
-
-
-def _closed(db: Database) -> bool:
-    """Whether every kept connection's socket was seen closed by asyncpg (it reads the close
-    while the connection idles on the event loop)."""
-    idle = db._pg_kept._idle  # type: ignore[union-attr]
-    return all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
-               for c in idle)
+    await eventually(lambda: all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
+                                 for c in kept), message="asyncpg read the server's close")
 
 
 async def test_a_write_cancelled_mid_statement_leaves_its_connection_and_the_next_one_commits(pg: Database) -> None:
@@ -156,21 +159,4 @@ async def test_a_read_that_failed_leaves_its_connection_usable(pg: Database) -> 
             await conn.execute(text("SELECT 1 / (n - n) FROM counter"))
     async with pg.reader() as conn:
         assert await _backend_pid(conn) == first
-        assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0
-
-
-async def test_a_read_connection_the_server_closed_while_idle_is_not_used_again(pg: Database) -> None:
-    async with pg.reader() as conn:
-        first = await _backend_pid(conn)
-    admin = await asyncpg.connect(postgres_test_url())
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
-    finally:
-        await admin.close()
-    kept = pg._pg_kept
-    assert kept is not None
-    await eventually(lambda: all(c.sync_connection.connection.dbapi_connection._connection.is_closed()  # type: ignore[union-attr]
-                                 for c in kept._reading), message="asyncpg read the server's close")
-    async with pg.reader() as conn:
-        assert await _backend_pid(conn) != first
         assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0

@@ -223,6 +223,16 @@ def _install_postgres_hooks(engine: AsyncEngine) -> None:
             raise DisconnectionError("the server closed this pooled connection")
 
 
+@contextmanager
+def _marked(info: dict[Any, Any], key: str, value: object) -> Iterator[None]:
+    """``info[key] = value`` while the block runs (a connection's dict, which outlives the block)."""
+    info[key] = value
+    try:
+        yield
+    finally:
+        info.pop(key, None)
+
+
 def _tell_abandoned(written: _Written) -> None:
     by_listener: dict[int, tuple[CommitListener, list[OutboxMessage]]] = {}
     for listener, message in written.taken.values():
@@ -299,12 +309,8 @@ class Database:
             async with self._begin() as conn:
                 # the pooled connection's dict, taken now: a cancelled statement invalidates the
                 # connection, and reaching ``conn.info`` then would raise over the cancellation
-                info = conn.info
-                info[_WRITTEN] = written
-                try:
+                with _marked(conn.info, _WRITTEN, written):
                     yield conn
-                finally:
-                    info.pop(_WRITTEN, None)
             committed = True
         finally:
             if not committed:
@@ -345,26 +351,10 @@ class Database:
         """A read-only view; on SQLite it never waits for the writer; on PostgreSQL its reads
         run without a transaction around them (``pg_fast.reading_without_transaction``), on a
         kept connection (``pg_kept``)."""
-        if self._pg_kept is not None:
-            async with self._pg_kept.read() as conn:
-                info = conn.info
-                info[_READER] = True
-                try:
-                    yield conn
-                finally:
-                    info.pop(_READER, None)
-            return
-        async with self.engine.connect() as conn:
-            info = conn.info  # taken now, as in ``transaction``
-            info[_READER] = True
-            try:
-                if self.dialect == "postgresql":
-                    with pg_fast.reading_without_transaction(conn):
-                        yield conn
-                else:
-                    yield conn
-            finally:
-                info.pop(_READER, None)
+        opened = self._pg_kept.read() if self._pg_kept is not None else self.engine.connect()
+        async with opened as conn:
+            with _marked(conn.info, _READER, True):  # the dict taken now, as in ``transaction``
+                yield conn
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[AsyncConnection]:

@@ -116,69 +116,31 @@ async def _discard(conn: AsyncConnection) -> None:
     await _close(conn)
 
 
-class _Transaction:
-    """``KeptConnections.transaction``: SQLAlchemy's transaction on the kept connection's sync
-    connection (no I/O: ``pg_fast`` sends BEGIN with the first statement), ended by COMMIT, or
-    by ROLLBACK after an error; the connection is kept again only if that ended cleanly."""
+class _Use:
+    """One use of a kept (or new) connection; ``_Transaction`` and ``_Read`` say how it starts
+    and ends. Kept again only if it ended cleanly, else invalidated and given back to the pool."""
 
-    __slots__ = ("_writers", "_conn", "_transaction")
+    __slots__ = ("_kept", "_conn")
     _conn: AsyncConnection
-    _transaction: RootTransaction
-
-    def __init__(self, writers: KeptConnections) -> None:
-        self._writers = writers
-
-    async def __aenter__(self) -> AsyncConnection:
-        conn = await self._writers._take(self._writers._idle)
-        try:
-            sync = conn.sync_connection
-            assert sync is not None  # started in ``_take``
-            self._transaction = sync.begin()
-        except BaseException:
-            await _discard(conn)
-            raise
-        self._conn = conn
-        return conn
-
-    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                        traceback: TracebackType | None) -> None:
-        conn, ended = self._conn, False
-        try:
-            sync = conn.sync_connection
-            if sync is not None and not sync.invalidated and self._transaction.is_active:
-                if kind is None:
-                    await conn.commit()
-                else:
-                    await conn.rollback()
-                ended = True
-            elif kind is None:  # nothing to commit on: pg_fast abandoned the connection
-                await conn.commit()  # raises SQLAlchemy's invalidated-connection error
-        finally:
-            if not ended:
-                await _discard(conn)
-            elif not self._writers._keep_or_not(conn, self._writers._idle):
-                await _close(conn)
-
-
-class _Read:
-    """``KeptConnections.read``: a kept connection in autocommit while the block runs
-    (``pg_fast.reading_without_transaction``); at its end SQLAlchemy's transaction, begun without
-    I/O by the first statement, is ended (nothing was begun on the server) and the connection kept
-    if it is still sound. A read that failed leaves nothing open: its connection is kept too,
-    unless ``pg_fast`` abandoned it (a statement cut off or a lost connection)."""
-
-    __slots__ = ("_kept", "_conn", "_autocommit")
-    _conn: AsyncConnection
-    _autocommit: AbstractContextManager[None]
 
     def __init__(self, kept: KeptConnections) -> None:
         self._kept = kept
 
+    def _idle(self) -> list[AsyncConnection]:
+        raise NotImplementedError
+
+    def _start(self, conn: AsyncConnection) -> None:
+        raise NotImplementedError
+
+    async def _end(self, conn: AsyncConnection, kind: type[BaseException] | None, error: BaseException | None,
+                   traceback: TracebackType | None) -> bool:
+        """End the use; True if it ended cleanly (the connection may be kept)."""
+        raise NotImplementedError
+
     async def __aenter__(self) -> AsyncConnection:
-        conn = await self._kept._take(self._kept._reading)
+        conn = await self._kept._take(self._idle())
         try:
-            self._autocommit = reading_without_transaction(conn)
-            self._autocommit.__enter__()
+            self._start(conn)
         except BaseException:
             await _discard(conn)
             raise
@@ -189,16 +151,66 @@ class _Read:
                         traceback: TracebackType | None) -> None:
         conn, ended = self._conn, False
         try:
-            self._autocommit.__exit__(kind, error, traceback)
-            sync = conn.sync_connection
-            if sync is not None and not sync.closed and not sync.invalidated:
-                await conn.rollback()  # SQLAlchemy's own: no round trip, nothing began on the server
-                ended = True
+            ended = await self._end(conn, kind, error, traceback)
         finally:
             if not ended:
                 await _discard(conn)
-            elif not self._kept._keep_or_not(conn, self._kept._reading):
+            elif not self._kept._keep_or_not(conn, self._idle()):
                 await _close(conn)
+
+
+class _Transaction(_Use):
+    """``KeptConnections.transaction``: SQLAlchemy's transaction on the kept connection's sync
+    connection (no I/O: ``pg_fast`` sends BEGIN with the first statement), ended by COMMIT, or
+    by ROLLBACK after an error."""
+
+    __slots__ = ("_transaction",)
+    _transaction: RootTransaction
+
+    def _idle(self) -> list[AsyncConnection]:
+        return self._kept._idle
+
+    def _start(self, conn: AsyncConnection) -> None:
+        sync = conn.sync_connection
+        assert sync is not None  # started in ``_take``
+        self._transaction = sync.begin()
+
+    async def _end(self, conn: AsyncConnection, kind: type[BaseException] | None, error: BaseException | None,
+                   traceback: TracebackType | None) -> bool:
+        sync = conn.sync_connection
+        if sync is not None and not sync.invalidated and self._transaction.is_active:
+            await (conn.commit() if kind is None else conn.rollback())
+            return True
+        if kind is None:  # nothing to commit on: pg_fast abandoned the connection
+            await conn.commit()  # raises SQLAlchemy's invalidated-connection error
+        return False
+
+
+class _Read(_Use):
+    """``KeptConnections.read``: a kept connection in autocommit while the block runs
+    (``pg_fast.reading_without_transaction``); at its end SQLAlchemy's transaction, begun without
+    I/O by the first statement, is ended (nothing was begun on the server). A read that failed
+    leaves nothing open: its connection is kept too, unless ``pg_fast`` abandoned it (a statement
+    cut off or a lost connection)."""
+
+    __slots__ = ("_autocommit",)
+    _autocommit: AbstractContextManager[None]
+
+    def _idle(self) -> list[AsyncConnection]:
+        return self._kept._reading
+
+    def _start(self, conn: AsyncConnection) -> None:
+        self._autocommit = reading_without_transaction(conn)
+        self._autocommit.__enter__()
+
+    async def _end(self, conn: AsyncConnection, kind: type[BaseException] | None, error: BaseException | None,
+                   traceback: TracebackType | None) -> bool:
+        self._autocommit.__exit__(kind, error, traceback)
+        sync = conn.sync_connection
+        if sync is None or sync.closed or sync.invalidated:
+            return False
+        await conn.rollback()  # SQLAlchemy's own: no round trip, nothing began on the server
+        return True
 
 
 async def _close(conn: AsyncConnection) -> None:
