@@ -262,10 +262,8 @@ class Database:
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = SQLiteWriter(engine, self._write_lock) if self._write_lock is not None else None
-        self._pg_kept = KeptConnections(engine, keep=max(1, getattr(engine.pool, "size", lambda: 2)() // 2)) \
-            if self.dialect == "postgresql" else None
-        """PostgreSQL: write transactions and reads on kept connections (``pg_kept``), each kind
-        at most half the pool."""
+        self._pg_kept = KeptConnections(engine) if self.dialect == "postgresql" else None
+        """PostgreSQL: write transactions and reads on kept connections (``pg_kept``)."""
         path = engine.url.database if self.dialect == "sqlite" else None
         self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
         """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""

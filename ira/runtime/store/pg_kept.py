@@ -19,9 +19,9 @@ through ``AsyncEngine.connect`` before the first statement.
 
 Any other connection (a commit or rollback that raised or was cancelled, a connection the
 server closed, one ``pg_fast`` abandoned) is invalidated and handed back to the pool, which
-opens a new one: what ``AsyncEngine.begin`` would have done. A kept connection the server closed while
-it was idle is found as the pool's checkout hook finds one (asyncpg read the close from the
-socket) and is not used.
+opens a new one: what ``AsyncEngine.begin`` would have done. A kept connection the server
+closed while it was idle is found as the pool's checkout hook finds one (asyncpg read the close
+from the socket) and is not used.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from types import TracebackType
 
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from ira.runtime.store.pg_fast import FastConnection, reading_without_transaction
 
@@ -40,11 +41,13 @@ log = logging.getLogger(__name__)
 
 
 class KeptConnections:
-    """One ``Database``'s kept PostgreSQL connections: for write transactions, and apart for reads."""
+    """One ``Database``'s kept PostgreSQL connections: for write transactions, and apart for reads;
+    of each kind at most half the engine's pool."""
 
-    def __init__(self, engine: AsyncEngine, *, keep: int) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._keep = keep
+        pool = engine.pool
+        self._keep = max(1, pool.size() // 2) if isinstance(pool, QueuePool) else 1
         self._idle: list[AsyncConnection] = []
         """Kept for write transactions."""
         self._reading: list[AsyncConnection] = []
@@ -219,7 +222,5 @@ async def _close(conn: AsyncConnection) -> None:
     closing = asyncio.ensure_future(conn.close())
     try:
         await asyncio.shield(closing)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
+    except Exception:  # a cancellation (BaseException) goes through; the close still runs
         log.warning("closing a PostgreSQL connection failed", exc_info=True)
