@@ -15,7 +15,7 @@ from ira.core.errors import ConcurrentUpdateError
 from ira.core.events import RunEventType
 from ira.core.ids import new_event_id, new_id
 from ira.core.states import RunState, StepState
-from ira.runtime.store import run_traces, runs, steps
+from ira.runtime.store import run_traces, runs, step_changes, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.outbox import message_headers
 from ira.runtime.store.schema import events, outbox
@@ -144,3 +144,57 @@ async def test_a_commits_outbox_rows_are_written_in_order_whether_or_not_the_run
     # PostgreSQL with the trace known: written by the compare-and-set
     folded = trace_known and db.engine.dialect.name == "postgresql"
     assert len([s for s in seen if s.upper().startswith("INSERT INTO OUTBOX")]) == (0 if folded else 1)
+
+
+def _graph(edges: dict[str, tuple[str, ...]]) -> NewRun:
+    """A run whose steps wait on ``edges`` (step -> what it depends on); those with none READY."""
+    return NewRun(tenant_id="acme", run_id=new_id("run"), task_id=new_id("task"), task_kind="diagnose",
+                  subject_ref="incident:i1", workflow="incident-diagnosis@1",
+                  steps=tuple(NewStep(step_id=s, kind="x", depends_on=deps,
+                                      state=StepState.BLOCKED if deps else StepState.READY)
+                              for s, deps in edges.items()))
+
+
+async def _states(db: Database, run_id: str) -> dict[str, StepState]:
+    async with db.reader() as conn:
+        return {s.step_id: s.state for s in await steps.list_steps(conn, "acme", run_id)}
+
+
+async def test_each_commit_readies_exactly_the_steps_whose_last_dependency_it_finishes(db: Database) -> None:
+    # Given a graph with a fan-in, a diamond and a step waiting on one of two roots
+    run = await create(db, _graph({"a": (), "b": (), "c": ("a",), "d": ("a", "b"), "e": ("c", "d"), "f": ("b",)}))
+    readied = []
+    # When the steps finish one by one, each by its own fenced commit
+    for version, step_id in enumerate(("a", "b", "c", "d", "e", "f"), start=1):
+        before = await _states(db, run.run_id)
+        if before[step_id] != StepState.READY:
+            raise AssertionError(f"{step_id} was never readied: {before}")
+        await _finish(db, run.run_id, step_id, version)
+        after = await _states(db, run.run_id)
+        readied.append(sorted(s for s, state in after.items()
+                              if state == StepState.READY and before[s] == StepState.BLOCKED))
+    # Then each commit readied the steps it finished the last dependency of, and only those
+    assert readied == [["c"], ["d", "f"], [], ["e"], [], []]
+
+
+async def test_a_finishing_commit_reads_only_the_plan_it_can_ready_on_postgresql(db: Database) -> None:
+    # Given a chain of 40 steps whose first 20 are done
+    names = [f"s{i:02d}" for i in range(40)]
+    run = await create(db, _graph({name: (names[i - 1],) if i else () for i, name in enumerate(names)}))
+    for i in range(20):
+        await _finish(db, run.run_id, names[i], i + 1)
+    async with db.transaction() as conn:
+        claimed = await steps.claim_step(conn, "acme", run.run_id, "s20", owner="w", lease=LEASE, now=T0)
+    assert claimed is not None
+    # When the 21st finishes
+    async with db.transaction() as conn:
+        _, _, plan = await step_changes.apply_fenced(conn, RunCommit(
+            tenant_id="acme", run_id=run.run_id, expected_version=21,
+            fence=Fence(step_id="s20", owner_epoch=claimed.owner_epoch),
+            steps=(StepChange(step_id="s20", state=StepState.DONE),)), at=T0)
+    # Then its UPDATE read the step itself and the one waiting on it, not the run's 40 (SQLite
+    # reads the plan in a statement of its own, in with_promotions)
+    if db.engine.dialect.name == "postgresql":
+        assert plan is not None and [(r.step_id, r.state) for r in plan] == [("s20", "running"), ("s21", "blocked")]
+    else:
+        assert plan is None

@@ -22,7 +22,8 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, select, update
+from sqlalchemy import String, and_, any_, bindparam, cast, exists, func, or_, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select, Update
@@ -50,6 +51,22 @@ _PLAN_AND_ENVIRONMENT = select(steps.c.step_id, steps.c.kind, steps.c.state, ste
 """The plan with the run's environment (what a wake-up carries): one read instead of two. Only
 what ``newly_ready`` and a wake-up read: each finishing commit reads it, and building a whole
 ``Step`` per row (its JSON binding decoded, a model validated) was most of that read's CPU."""
+
+_FINISHING = bindparam("k_finishing", type_=postgresql.ARRAY(String))
+_waiting = steps.alias("waiting")
+_WAITS_ON_FINISHING = and_(
+    _waiting.c.tenant_id == bindparam("k_tenant"), _waiting.c.run_id == bindparam("k_run"),
+    _waiting.c.state == StepState.BLOCKED, cast(_waiting.c.depends_on, postgresql.JSONB).has_any(_FINISHING))
+_THAT_FINISHING_CAN_READY = or_(
+    steps.c.step_id == bindparam("k_step"), steps.c.step_id == any_(_FINISHING),
+    and_(steps.c.state == StepState.BLOCKED, cast(steps.c.depends_on, postgresql.JSONB).has_any(_FINISHING)),
+    steps.c.step_id.in_(select(func.jsonb_array_elements_text(cast(_waiting.c.depends_on, postgresql.JSONB)))
+                        .where(_WAITS_ON_FINISHING)))
+"""PostgreSQL: the part of the plan a commit finishing ``k_finishing`` can ready steps in: the
+BLOCKED steps that wait on one of them, every step those wait on, and the commit's own steps.
+A BLOCKED step is readied by the commit that finishes the last of its dependencies, and no
+other commit changes whether it is ready; reading the whole plan made a run's steps each read
+all of its steps (a chain of N, N^2/2 rows decoded)."""
 
 
 @cache
@@ -85,8 +102,9 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
 
     ``ending``: the end of its attempt, written only if the step's UPDATE took its row. ``plan``:
     the statement reads the run's plan for ``with_promotions`` (as it was before the statement:
-    the commit's own step states override it there), each row with ``took``; else one row comes
-    back if the step's UPDATE took its row."""
+    the commit's own step states override it there; only the part the commit's finishing steps
+    can ready, ``_THAT_FINISHING_CAN_READY``, which holds the fenced step's own row), each row
+    with ``took``; else one row comes back if the step's UPDATE took its row."""
     changed = _step_change_statement(with_result_ref, release_claim, with_depends_on, True, target) \
         .returning(steps.c.step_id).cte("changed")
     writes = [changed]
@@ -96,7 +114,8 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
             exists(select(changed.c.step_id)),
         ).values(ended_at=bindparam("now"), outcome="finished", error=None).cte("ended"))
     if plan:
-        return _PLAN_AND_ENVIRONMENT.add_columns(exists(select(changed.c.step_id)).label("took")).add_cte(*writes)
+        return _PLAN_AND_ENVIRONMENT.where(_THAT_FINISHING_CAN_READY) \
+            .add_columns(exists(select(changed.c.step_id)).label("took")).add_cte(*writes)
     return select(changed.c.step_id).add_cte(*writes[1:])
 
 
@@ -122,8 +141,9 @@ async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
         return change, False, None
     ending = _foldable_attempt(conn, change, len(mine))
     read_plan = conn.dialect.name == "postgresql" and _finishes(change.steps)
+    finishing = [c.step_id for c in change.steps if c.state in FINISHED_STEP_STATES] if read_plan else None
     plan = await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending,
-                            read_plan=read_plan)
+                            read_plan=finishing)
     for step_change in mine[1:]:
         await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
     if ending is not None:
@@ -187,11 +207,12 @@ async def refuse_unapplied(conn: AsyncConnection, tenant_id: str, run_id: str, c
 
 
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime,
-                     fence: Fence | None = None, ending: RunningAttempt | None = None, read_plan: bool = False
-                     ) -> Plan | None:
+                     fence: Fence | None = None, ending: RunningAttempt | None = None,
+                     read_plan: Sequence[str] | None = None) -> Plan | None:
     """One conditional UPDATE (fenced, PostgreSQL: with ``ending``, the attempt's end; with
-    ``read_plan``, the run's plan, returned; both in the same statement); only a refusal reads
-    the step, to raise the precise error."""
+    ``read_plan``, the ids of the commit's finishing steps, the part of the run's plan they can
+    ready, returned; both in the same statement); only a refusal reads the step, to raise the
+    precise error."""
     params: dict[str, object] = {**step_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
                                  "now": at}
     if change.result_ref is not None:
@@ -202,15 +223,18 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         params["k_epoch"] = fence.owner_epoch
     shape = (change.result_ref is not None, change.release_claim, change.depends_on is not None)
     plan: Plan | None = None
-    if ending is None and not read_plan:
+    if ending is None and read_plan is None:
         done = (await conn.execute(_step_change_statement(*shape, fence is not None, change.state), params)
                 ).rowcount == 1
     else:
         if ending is not None:
             params["k_attempt"] = ending.claim.attempt_id
-        rows = (await conn.execute(_fenced_change(*shape, change.state, ending is not None, read_plan), params)).all()
-        done = bool(rows) and (rows[0].took if read_plan else True)
-        plan = rows if read_plan else None
+        if read_plan is not None:
+            params["k_finishing"] = list(read_plan)
+        reading = read_plan is not None
+        rows = (await conn.execute(_fenced_change(*shape, change.state, ending is not None, reading), params)).all()
+        done = bool(rows) and (rows[0].took if reading else True)
+        plan = rows if reading else None
     if not done:
         await _explain_refusal(conn, tenant_id, run_id, change, fence)
     return plan
