@@ -82,9 +82,11 @@ async def accept(conn: AsyncConnection, decision: IncidentDecision, *, config: W
     run, _ = await runs.create_run(conn, plan.new_run.model_copy(update={
         "traceparent": current_traceparent(), "state": RunState.RUNNING,
         "events": (*plan.new_run.events, started)}), at=at, key_checked=True)
+    # the deadline before the budget: on PostgreSQL its INSERT goes with the run's other rows,
+    # ahead of the root's hold (pg_fast.write_later), instead of on its own before COMMIT
+    await timers.schedule_timer(conn, plan.deadline)
     await budget.open_account(conn, t, run.run_id, plan.root_budget)
     await budget.open_slices(conn, t, run.run_id, plan.slices, at=at)
-    await timers.schedule_timer(conn, plan.deadline)
     return run
 
 

@@ -20,6 +20,7 @@ from ira.core.errors import NotFoundError
 from ira.core.model import Model
 from ira.core.operation import Approval, WorkItem
 from ira.core.states import ApprovalState, WorkItemState
+from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.schema import approvals, deliveries, work_items
 
 _ap, _wi, _dr = approvals.c, work_items.c, ticket_drafts.c
@@ -54,7 +55,7 @@ class DraftRecord(Model):
 
 
 async def insert_approval(conn: AsyncConnection, approval: Approval) -> None:
-    await conn.execute(_INSERT_APPROVAL, approval.model_dump())
+    await write_later(conn, _INSERT_APPROVAL, approval.model_dump())
 
 
 async def get_approval(conn: AsyncConnection, tenant_id: str, approval_id: str) -> Approval:
@@ -92,7 +93,7 @@ def _settle_statement(from_states: tuple[ApprovalState, ...]) -> Update:
 
 
 async def open_work_item(conn: AsyncConnection, item: WorkItem) -> None:
-    await conn.execute(_INSERT_WORK_ITEM, {**item.model_dump(), "closed_at": None})
+    await write_later(conn, _INSERT_WORK_ITEM, {**item.model_dump(), "closed_at": None})
 
 
 async def close_work_items(
@@ -137,7 +138,7 @@ async def add_draft(
         latest = (await conn.execute(_LATEST_VERSION, {"k_tenant": tenant_id, "k_run": run_id})).scalar()
     record = DraftRecord(tenant_id=tenant_id, run_id=run_id, version=int(latest or 0) + 1, ref=ref,
                          incident_version=incident_version, reason=reason, created_at=at)
-    await conn.execute(_INSERT_DRAFT, record.model_dump())
+    await write_later(conn, _INSERT_DRAFT, record.model_dump())  # a twin's key error: with the next statement
     return record
 
 
@@ -156,7 +157,7 @@ async def insert_delivery(
     conn: AsyncConnection, *, tenant_id: str, notification_id: str, run_id: str, channel: str, payload_ref: str,
     at: datetime,
 ) -> None:
-    await conn.execute(_INSERT_DELIVERY, {
+    await write_later(conn, _INSERT_DELIVERY, {
         "tenant_id": tenant_id, "notification_id": notification_id, "run_id": run_id, "channel": channel,
         "state": "pending", "attempts": 0, "payload_ref": payload_ref, "receipts": [], "created_at": at,
         "updated_at": at})

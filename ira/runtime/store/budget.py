@@ -27,6 +27,7 @@ from sqlalchemy.sql import Select, Update
 from ira.core.budget import ROOT_SCOPE, BudgetBalance, BudgetDimension, Reservation
 from ira.core.errors import BudgetExhaustedError, NotFoundError
 from ira.runtime.store.new_rows import InsertNew
+from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.schema import budget_accounts, budget_reservations
 
 _acc = budget_accounts.c
@@ -147,7 +148,7 @@ async def open_account(
 ) -> None:
     """Create an account with one row per dimension (the root at run creation, or a slice)."""
     parents = parent_reservations or {}
-    await conn.execute(_INSERT_ACCOUNTS, [
+    await write_later(conn, _INSERT_ACCOUNTS, [
         {"tenant_id": tenant_id, "run_id": run_id, "scope": scope, "dimension": dim, "limit_amount": limit,
          "reserved": 0, "settled": 0, "parent_reservation_id": parents.get(dim)}
         for dim, limit in limits.items()

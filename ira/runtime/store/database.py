@@ -13,7 +13,13 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -307,8 +313,9 @@ class Database:
             async with self._begin() as conn:
                 # the pooled connection's dict, taken now: a cancelled statement invalidates the
                 # connection, and reaching ``conn.info`` then would raise over the cancellation
-                with _marked(conn.info, _WRITTEN, written):
+                with _marked(conn.info, _WRITTEN, written), self._later(conn):
                     yield conn
+                    await pg_fast.flush_later(conn)  # the inserts still waiting, before COMMIT
             committed = True
         finally:
             if not committed:
@@ -325,6 +332,11 @@ class Database:
                 listener.committed(written.messages)
             except Exception:  # the commit stands; the outbox row or the scanner still wakes the work
                 log.exception("a commit listener failed")
+
+    def _later(self, conn: AsyncConnection) -> AbstractContextManager[None]:
+        """PostgreSQL: the transaction's queue of inserts sent with its next statement
+        (``pg_fast.write_later``)."""
+        return _marked(conn.info, pg_fast.LATER, []) if self.dialect == "postgresql" else nullcontext()
 
     def _begin(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """The transaction itself: SQLite's under the write lock (``SQLiteWriter``), PostgreSQL's

@@ -13,6 +13,13 @@ invalidation), under the adapter's mutex and in the transaction it holds (starte
 the adapter starts it, if this is the transaction's first statement). Atomicity, fencing and
 the outbox in the same transaction are the caller's transaction's, unchanged.
 
+Inserts whose result nobody reads may wait for the transaction's next statement
+(:func:`write_later`): they go to the server in it, as its data-modifying CTEs, or on their own
+before a statement that names one of their tables, and before COMMIT (``store/pg_combined.py``).
+A new run's task, run, steps, attempts, events, outbox rows and root budget account went in
+with seven statements; they go in with two (the run's INSERT carries the task, the rest goes
+before the statement that holds the root's budget, which names the accounts' table).
+
 A statement cancelled or broken mid-flight abandons its connection: it is invalidated, as
 SQLAlchemy invalidates a connection on which a statement was interrupted (a cancelled task, a
 lost connection). The statements run natively in session 5 (reverted) did not: a task cancelled
@@ -43,10 +50,32 @@ from sqlalchemy import exc
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ira.runtime.store.pg_combined import MAX_PARAMETERS, Insert, combined, rides_along, values_insert
 from ira.runtime.store.plans import PLANNABLE, Plan, Plans, call_parameters
 
 _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 _PLANS = Plans(caller_lists=True)
+LATER = "ira.pg_fast.later"
+"""``conn.info`` key of a write transaction's queue of inserts sent with its next statement
+(:func:`write_later`); ``Database.transaction`` sets it, and sends what is left before COMMIT."""
+
+
+async def write_later(conn: AsyncConnection, statement: Any, parameters: Any) -> None:
+    """Execute ``statement``, an INSERT whose result the caller does not read, with the
+    transaction's next statement instead of on its own (``pg_combined``): one round trip
+    fewer per insert that waits. Where that cannot be (SQLite, a statement not yet planned or
+    not a plain ``VALUES`` insert, no queue: outside ``Database.transaction``), at once.
+
+    An error of the insert (a duplicate key) is raised by the statement it goes with, in the
+    same transaction: a caller that must tell its own insert's failure apart uses ``execute``."""
+    if not (isinstance(conn, FastConnection) and conn.queue_later(statement, parameters)):
+        await conn.execute(statement, parameters)
+
+
+async def flush_later(conn: AsyncConnection) -> None:
+    """Send the inserts still waiting (before COMMIT: ``Database.transaction``)."""
+    if isinstance(conn, FastConnection):
+        await conn.flush_later()
 
 
 class FastConnection(AsyncConnection):
@@ -58,12 +87,66 @@ class FastConnection(AsyncConnection):
         self, statement: Any, parameters: Any = None, *, execution_options: Any = None,
     ) -> Any:
         fast = self._fast(statement, parameters, execution_options)
+        waiting = self._waiting()
+        if waiting:
+            if fast is not None and not isinstance(fast[2], list) and rides_along(fast[0].sql, waiting):
+                return await self._with_waiting(waiting, *fast)
+            await self.flush_later()
         if fast is None:
             return await super().execute(statement, parameters, execution_options=execution_options)
         plan, adapted, params = fast
         many = isinstance(params, list)
         bound: Any = [plan.row(p) for p in params] if many else plan.row(params)
         rows, status = await self._run(adapted, plan.sql, bound, many)
+        found = _ROWCOUNT.match(status or "")
+        return plan.result(rows, int(found.group(1)) if found else -1)
+
+    def _waiting(self) -> list[Insert] | None:
+        """This transaction's queue of inserts (:func:`write_later`); None outside one that has it."""
+        sync = self.sync_connection
+        if sync is None or sync.closed or sync.invalidated:
+            return None
+        waiting: list[Insert] | None = sync.info.get(LATER)
+        return waiting
+
+    def queue_later(self, statement: Any, parameters: Any) -> bool:
+        """Queue ``statement`` (:func:`write_later`); False where it must run at once."""
+        waiting = self._waiting()
+        fast = self._fast(statement, parameters, None) if waiting is not None else None
+        if fast is None:
+            return False
+        plan, _, params = fast
+        shape = values_insert(plan.sql)
+        if shape is None:
+            return False
+        insert = Insert(*shape, rows=[plan.row(p) for p in params] if isinstance(params, list) else [plan.row(params)])
+        if sum(w.parameters for w in waiting or ()) + insert.parameters > MAX_PARAMETERS:
+            return False
+        assert waiting is not None
+        waiting.append(insert)
+        return True
+
+    async def flush_later(self) -> None:
+        waiting = self._waiting()
+        if not waiting:
+            return
+        sync = self.sync_connection
+        assert sync is not None
+        sql, values = combined(waiting)
+        waiting.clear()  # sent or not, they are this transaction's: a failure fails it
+        await self._run(sync.connection.dbapi_connection, sql, values, False)  # type: ignore[arg-type]
+
+    async def _with_waiting(self, waiting: list[Insert], plan: Plan, adapted: AsyncAdapt_asyncpg_connection,
+                            params: Any) -> Any:
+        """``plan`` executed with the waiting inserts in front of it, in one statement."""
+        bound = plan.row(params)
+        if sum(w.parameters for w in waiting) + len(bound) > MAX_PARAMETERS:
+            await self.flush_later()
+            sql, values = plan.sql, list(bound)
+        else:
+            sql, values = combined(waiting, plan.sql, bound)
+            waiting.clear()
+        rows, status = await self._run(adapted, sql, values, False)
         found = _ROWCOUNT.match(status or "")
         return plan.result(rows, int(found.group(1)) if found else -1)
 

@@ -32,6 +32,7 @@ from ira.runtime.store.database import settle_taken
 from ira.runtime.store.folded_cas import CLAIMED_, PROMOTED, event_params, folded_bump, outbox_params, promotion_params
 from ira.runtime.store.outbox import INSERT_OUTBOX as _INSERT_OUTBOX
 from ira.runtime.store.outbox import enqueue, outbox_rows
+from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.rows import event_from_row, run_from_row, step_from_mapping
 from ira.runtime.store.schema import events, runs, tasks
 from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
@@ -64,7 +65,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
     lookup = new.idempotency_key and not key_checked
     if lookup and (existing := await _find_by_key(conn, new.tenant_id, str(new.idempotency_key))):
         return existing, False
-    await conn.execute(_INSERT_TASK, {"tenant_id": new.tenant_id, "task_id": new.task_id, "kind": new.task_kind,
+    await write_later(conn, _INSERT_TASK, {"tenant_id": new.tenant_id, "task_id": new.task_id, "kind": new.task_kind,
                                       "subject_ref": new.subject_ref, "created_at": at})
     values = {
         "tenant_id": new.tenant_id, "run_id": new.run_id, "task_id": new.task_id, "workflow": new.workflow,
@@ -87,7 +88,7 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
     inserted = await insert_steps(conn, new, at=at, claims=claims)
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
     if rows:
-        await conn.execute(_INSERT_OUTBOX, rows)
+        await write_later(conn, _INSERT_OUTBOX, rows)
     if taken:
         claimed = {woken[step_id]: (claim, inserted[step_id], run) for step_id, claim in claims.items()}
         await _settle_as(conn, run, taken, claimed)
@@ -278,7 +279,7 @@ async def _append_events(
 ) -> None:
     if not drafts:
         return
-    await conn.execute(_INSERT_EVENTS, [
+    await write_later(conn, _INSERT_EVENTS, [
         {"tenant_id": tenant_id, "run_id": run_id, "run_seq": first_seq + i, "event_id": new_event_id(),
          "type": d.type, "at": at, "data": SHAPES.value(d.data)}
         for i, d in enumerate(drafts)

@@ -25,6 +25,7 @@ from ira.core.ids import new_id
 from ira.core.run import Claim, Step
 from ira.core.states import RunState, StepState
 from ira.runtime.store.database import after_commit
+from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.rows import step_from_row
 from ira.runtime.store.schema import attempts, runs, steps
 
@@ -81,9 +82,9 @@ async def add_steps(conn: AsyncConnection, tenant_id: str, run_id: str, new_step
                 row.update(state=StepState.RUNNING, owner=claim.owner, owner_epoch=claim.owner_epoch,
                            lease_until=claim.lease_until)
                 claimed[claim.step_id] = Step.model_validate(row)
-    await conn.execute(_INSERT_STEPS, rows)
+    await write_later(conn, _INSERT_STEPS, rows)
     if claims:
-        await conn.execute(_INSERT_ATTEMPT, [
+        await write_later(conn, _INSERT_ATTEMPT, [
             {"tenant_id": c.tenant_id, "attempt_id": c.attempt_id, "run_id": c.run_id, "step_id": c.step_id,
              "owner": c.owner, "owner_epoch": c.owner_epoch, "started_at": at, "usage": {}} for c in claims.values()])
     return claimed

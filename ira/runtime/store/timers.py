@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.model import Model
+from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.schema import timers
 
 
@@ -37,7 +38,7 @@ prepared statement (``pg_fast``; built per call it cost ~3x the CPU)."""
 
 
 async def schedule_timer(conn: AsyncConnection, timer: Timer) -> None:
-    await conn.execute(_INSERT, {**timer.model_dump(), "fired_at": None})
+    await write_later(conn, _INSERT, {**timer.model_dump(), "fired_at": None})
 
 
 async def due_timers(conn: AsyncConnection, *, now: datetime, limit: int) -> list[Timer]:

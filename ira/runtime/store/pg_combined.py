@@ -1,0 +1,106 @@
+"""PostgreSQL: several INSERTs of a transaction sent as one statement (one round trip).
+
+A write transaction's INSERTs whose result nobody reads (``pg_fast.write_later``) wait in a
+queue and go to the server with the transaction's next statement, or before its COMMIT, as the
+data-modifying CTEs of one statement:
+
+    WITH w0 AS (INSERT INTO tasks (..) VALUES ($1, ..)), w1 AS (INSERT INTO steps (..) VALUES
+    ($7, ..), ($15, ..)) INSERT INTO runs (..) VALUES ($23, ..) RETURNING ..
+
+Every part runs once, to completion, whatever the last part reads; a failure of any part fails
+the statement and with it the transaction, as it would have failed it alone. The parts see
+the database as it was before the statement, not each other's rows, so the queue rides only
+in a statement that names none of the queued tables (it cannot read their rows, or conflict
+with them); before any other the queue goes out on its own. Foreign keys are checked at the
+end of the statement, so a row and the row it references may go in the same one (a run and
+its steps, a step and the run's compare-and-set).
+
+Only an ``INSERT INTO t (columns) VALUES (parameters)`` as SQLAlchemy compiles it for asyncpg
+(every value a ``$n`` with its cast) is queued: its rows are renumbered and listed, nothing of
+its text is interpreted beyond that.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+MAX_PARAMETERS = 32767
+"""PostgreSQL's limit of parameters of one statement (a 16-bit count in the protocol)."""
+
+_PARAMETER = re.compile(r"\$(\d+)")
+_VALUE = r"\$\d+(?:::[A-Z][A-Z ]*(?:\[\])?)?"
+"""One value of a row as SQLAlchemy compiles it for asyncpg: ``$3`` or ``$3::TIMESTAMP WITH TIME ZONE``."""
+_VALUES_INSERT = re.compile(rf"(INSERT INTO \S+ \([^()]*\)) VALUES (\({_VALUE}(?:, {_VALUE})*\))")
+_STATEMENT = re.compile(r"(?:WITH (?!RECURSIVE)|SELECT |INSERT |UPDATE |DELETE )")
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """A queued INSERT: the part before ``VALUES``, one row's ``($1::T, ..)`` numbered from 1,
+    how many parameters a row takes, and each row's values."""
+
+    head: str
+    row: str
+    width: int
+    rows: Sequence[tuple[Any, ...]]
+
+    @property
+    def parameters(self) -> int:
+        return self.width * len(self.rows)
+
+    @property
+    def table(self) -> str:
+        return self.head.split(" ", 3)[2]
+
+
+@lru_cache(maxsize=256)
+def values_insert(sql: str) -> tuple[str, str, int] | None:
+    """(head, row, width) if ``sql`` is a plain ``INSERT .. VALUES (..)`` (no ON CONFLICT, no
+    RETURNING, no SELECT); None for anything else."""
+    found = _VALUES_INSERT.fullmatch(sql)
+    if found is None:
+        return None
+    return found.group(1), found.group(2), max(int(n) for n in _PARAMETER.findall(found.group(2)))
+
+
+def rides_along(sql: str, queued: Sequence[Insert]) -> bool:
+    """Whether the statement ``sql`` can carry ``queued`` in front of it: one statement (a
+    SELECT, INSERT, UPDATE or DELETE, or a non-recursive WITH) that names none of their tables."""
+    return _STATEMENT.match(sql) is not None and not any(_names(sql, table) for table in {q.table for q in queued})
+
+
+def _names(sql: str, table: str) -> bool:
+    return re.search(rf"\b{re.escape(table)}\b", sql) is not None
+
+
+def _shifted(sql: str, by: int) -> str:
+    return _PARAMETER.sub(lambda m: f"${int(m.group(1)) + by}", sql) if by else sql
+
+
+def combined(queued: Sequence[Insert], last: str | None = None, last_values: Sequence[Any] = ()
+             ) -> tuple[str, list[Any]]:
+    """One statement doing ``queued`` in order, then ``last`` (whose result it gives) or, without
+    one, the last queued insert; and its parameters, numbered through."""
+    parts: list[str] = []
+    values: list[Any] = []
+    for item in queued:
+        rows = []
+        for row in item.rows:
+            rows.append(_shifted(item.row, len(values)))
+            values.extend(row)
+        parts.append(f"{item.head} VALUES {', '.join(rows)}")
+    if last is not None:
+        final = _shifted(last, len(values))
+        values.extend(last_values)
+    else:
+        final = parts.pop()
+    if not parts:
+        return final, values
+    ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts))
+    if final.startswith("WITH "):  # the last statement's own CTEs follow ours
+        return f"WITH {ctes}, {final[5:]}", values
+    return f"WITH {ctes} {final}", values
