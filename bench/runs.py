@@ -125,7 +125,7 @@ def instant_investigators(db: Database, clock: Clock) -> dict[str, StepHandler]:
             Evidence(evidence_id="e1", source=tools[0], summary="p99 latency tripled after deploy"),))
         async with db.transaction() as conn:
             ref = await put_artifact(conn, c.tenant_id, result.model_dump_json().encode(),
-                                     media_type="application/json", max_bytes=1 << 20, at=now)
+                                     media_type="application/json", max_bytes=1 << 20, at=now, read_back=False)
             await finish(conn, ctx, at=now, ref=ref.ref)
             await budget.close_slice(conn, c.tenant_id, c.run_id, c.step_id, at=now)
 

@@ -96,7 +96,8 @@ class BranchHandler:
                       for b in await budget.list_balances(conn, c.tenant_id, c.run_id, scope=c.step_id)}
             result = result.model_copy(update={"usage": totals})
             ref = await artifacts.put_artifact(conn, c.tenant_id, result.model_dump_json().encode(),
-                                               media_type=RESULT_MEDIA_TYPE, max_bytes=self.artifact_max_bytes, at=now)
+                                               media_type=RESULT_MEDIA_TYPE, max_bytes=self.artifact_max_bytes, at=now,
+                                               read_back=False)
             run = await runs.get_run(conn, c.tenant_id, c.run_id)
             failed = result.stop_reason is StopReason.ERROR
             await runs.commit(conn, RunCommit(

@@ -112,7 +112,7 @@ async def store_json(
     conn: AsyncConnection, tenant_id: str, body: bytes, *, config: WorkflowConfig, at: datetime,
 ) -> ArtifactRef:
     return await put_artifact(conn, tenant_id, body, media_type="application/json",
-                              max_bytes=config.artifact_max_bytes, at=at)
+                              max_bytes=config.artifact_max_bytes, at=at, read_back=False)
 
 
 async def incident_version(conn: AsyncConnection, run: Run) -> int:

@@ -44,7 +44,8 @@ async def request_notification(
                                 data=config.redactor.value({"run_url": config.run_url(run.run_id), **data}),
                                 created_at=at)
     ref = await put_artifact(conn, run.tenant_id, notification.model_dump_json().encode(),
-                             media_type="application/json", max_bytes=config.artifact_max_bytes, at=at)
+                             media_type="application/json", max_bytes=config.artifact_max_bytes, at=at,
+                             read_back=False)
     await records.insert_delivery(conn, tenant_id=run.tenant_id, notification_id=notification.notification_id,
                                   run_id=run.run_id, channel=delivery_channel(run, config), payload_ref=ref.ref, at=at)
     envelope = Envelope(message_id=new_event_id(), type=DELIVERY_REQUESTED, tenant_id=run.tenant_id, occurred_at=at,

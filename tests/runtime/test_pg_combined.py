@@ -17,9 +17,10 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from ira.runtime.store import pg_fast
+from ira.runtime.store import artifacts, pg_fast
 from ira.runtime.store.database import Database
 from ira.runtime.store.pg_combined import Insert, combined, rides_along, values_insert
+from ira.runtime.store.schema import artifacts as artifacts_table
 from ira.runtime.store.schema import tasks, timers
 
 T0 = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
@@ -134,8 +135,11 @@ async def test_a_rolled_back_transaction_leaves_no_waiting_insert_to_the_next_on
 
 def test_only_a_plain_values_insert_is_queued() -> None:
     assert values_insert("INSERT INTO tasks (a, b) VALUES ($1::VARCHAR, $2::TIMESTAMP WITH TIME ZONE)") == (
-        "INSERT INTO tasks (a, b)", "($1::VARCHAR, $2::TIMESTAMP WITH TIME ZONE)", 2)
-    for sql in ("INSERT INTO t (a) VALUES ($1::VARCHAR) ON CONFLICT DO NOTHING",
+        "INSERT INTO tasks (a, b)", "($1::VARCHAR, $2::TIMESTAMP WITH TIME ZONE)", 2, "")
+    assert values_insert("INSERT INTO t (a) VALUES ($1::VARCHAR) ON CONFLICT DO NOTHING") == (
+        "INSERT INTO t (a)", "($1::VARCHAR)", 1, " ON CONFLICT DO NOTHING")
+    for sql in ("INSERT INTO t (a) VALUES ($1::VARCHAR) ON CONFLICT DO NOTHING RETURNING t.a",
+                "INSERT INTO t (a) VALUES ($1::VARCHAR) ON CONFLICT (a) DO UPDATE SET a = excluded.a",
                 "INSERT INTO t (a) VALUES ($1::VARCHAR) RETURNING t.a",
                 "INSERT INTO t (a) SELECT $1::VARCHAR", "INSERT INTO t (a) VALUES ('x')",
                 "UPDATE t SET a=$1::VARCHAR"):
@@ -153,14 +157,41 @@ def test_the_queue_rides_only_in_one_statement_naming_none_of_its_tables() -> No
 
 def test_combined_numbers_every_part_through_and_keeps_the_last_statements_own_ctes() -> None:
     queued = [Insert("INSERT INTO a (x, y)", "($1::VARCHAR, $2::INTEGER)", 2, [("p", 1), ("q", 2)]),
-              Insert("INSERT INTO b (z)", "($1::VARCHAR)", 1, [("r",)])]
+              Insert("INSERT INTO b (z)", "($1::VARCHAR)", 1, [("r",)], " ON CONFLICT DO NOTHING")]
     sql, values = combined(queued, "WITH c AS (UPDATE d SET v=$1::INTEGER WHERE k=$2::VARCHAR) SELECT $1::INTEGER",
                            (7, "k"))
     assert sql == ("WITH w0 AS (INSERT INTO a (x, y) VALUES ($1::VARCHAR, $2::INTEGER), ($3::VARCHAR, $4::INTEGER)), "
-                   "w1 AS (INSERT INTO b (z) VALUES ($5::VARCHAR)), "
+                   "w1 AS (INSERT INTO b (z) VALUES ($5::VARCHAR) ON CONFLICT DO NOTHING), "
                    "c AS (UPDATE d SET v=$6::INTEGER WHERE k=$7::VARCHAR) SELECT $6::INTEGER")
     assert values == ["p", 1, "q", 2, "r", 7, "k"]
     alone, values = combined(queued)
     assert alone == ("WITH w0 AS (INSERT INTO a (x, y) VALUES ($1::VARCHAR, $2::INTEGER), ($3::VARCHAR, $4::INTEGER)) "
-                     "INSERT INTO b (z) VALUES ($5::VARCHAR)")
+                     "INSERT INTO b (z) VALUES ($5::VARCHAR) ON CONFLICT DO NOTHING")
     assert values == ["p", 1, "q", 2, "r"]
+
+
+async def test_an_artifact_put_without_read_back_is_stored_once_and_read_in_its_transaction(
+        db: Database, sent: list[str]) -> None:
+    body = b'{"evidence": "p99 tripled"}'
+    for _ in range(2):  # planned from the second execution on
+        async with db.transaction() as conn:
+            await artifacts.put_artifact(conn, "acme", b"warm", media_type="text/plain", max_bytes=1024, at=T0,
+                                         read_back=False)
+    sent.clear()
+    async with db.transaction() as conn:
+        ref = await artifacts.put_artifact(conn, "acme", body, media_type="application/json", max_bytes=1024, at=T0,
+                                           read_back=False)
+        again = await artifacts.put_artifact(conn, "acme", body, media_type="application/json", max_bytes=1024,
+                                             at=T0, read_back=False)
+        waiting = list(sent)
+        _, read = await artifacts.get_artifact(conn, "acme", ref.ref)
+    assert (again.ref, read) == (ref.ref, body)
+    async with db.transaction() as conn:  # a later put of the same bytes writes nothing new
+        await artifacts.put_artifact(conn, "acme", body, media_type="application/json", max_bytes=1024, at=T0,
+                                     read_back=False)
+    async with db.reader() as conn:
+        stored = (await conn.execute(select(func.count()).select_from(artifacts_table).where(
+            artifacts_table.c.ref == ref.ref))).scalar_one()
+    assert stored == 1
+    if db.dialect == "postgresql":  # nothing went to the server until the read needed it
+        assert waiting == []

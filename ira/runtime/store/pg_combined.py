@@ -34,19 +34,22 @@ MAX_PARAMETERS = 32767
 _PARAMETER = re.compile(r"\$(\d+)")
 _VALUE = r"\$\d+(?:::[A-Z][A-Z ]*(?:\[\])?)?"
 """One value of a row as SQLAlchemy compiles it for asyncpg: ``$3`` or ``$3::TIMESTAMP WITH TIME ZONE``."""
-_VALUES_INSERT = re.compile(rf"(INSERT INTO \S+ \([^()]*\)) VALUES (\({_VALUE}(?:, {_VALUE})*\))")
+_VALUES_INSERT = re.compile(
+    rf"(INSERT INTO \S+ \([^()]*\)) VALUES (\({_VALUE}(?:, {_VALUE})*\))( ON CONFLICT DO NOTHING)?")
 _STATEMENT = re.compile(r"(?:WITH (?!RECURSIVE)|SELECT |INSERT |UPDATE |DELETE )")
 
 
 @dataclass(frozen=True, slots=True)
 class Insert:
     """A queued INSERT: the part before ``VALUES``, one row's ``($1::T, ..)`` numbered from 1,
-    how many parameters a row takes, and each row's values."""
+    how many parameters a row takes, each row's values, and what follows them (``ON CONFLICT
+    DO NOTHING`` or nothing)."""
 
     head: str
     row: str
     width: int
     rows: Sequence[tuple[Any, ...]]
+    tail: str = ""
 
     @property
     def parameters(self) -> int:
@@ -58,13 +61,15 @@ class Insert:
 
 
 @lru_cache(maxsize=256)
-def values_insert(sql: str) -> tuple[str, str, int] | None:
-    """(head, row, width) if ``sql`` is a plain ``INSERT .. VALUES (..)`` (no ON CONFLICT, no
-    RETURNING, no SELECT); None for anything else."""
+def values_insert(sql: str) -> tuple[str, str, int, str] | None:
+    """(head, row, width, tail) if ``sql`` is a plain ``INSERT .. VALUES (..)``, maybe with ``ON
+    CONFLICT DO NOTHING`` (two rows of one key in one statement: one goes in, as in two); None
+    for anything else (RETURNING, a SELECT, another conflict clause)."""
     found = _VALUES_INSERT.fullmatch(sql)
     if found is None:
         return None
-    return found.group(1), found.group(2), max(int(n) for n in _PARAMETER.findall(found.group(2)))
+    width = max(int(n) for n in _PARAMETER.findall(found.group(2)))
+    return found.group(1), found.group(2), width, found.group(3) or ""
 
 
 def rides_along(sql: str, queued: Sequence[Insert]) -> bool:
@@ -92,7 +97,7 @@ def combined(queued: Sequence[Insert], last: str | None = None, last_values: Seq
         for row in item.rows:
             rows.append(_shifted(item.row, len(values)))
             values.extend(row)
-        parts.append(f"{item.head} VALUES {', '.join(rows)}")
+        parts.append(f"{item.head} VALUES {', '.join(rows)}{item.tail}")
     if last is not None:
         final = _shifted(last, len(values))
         values.extend(last_values)

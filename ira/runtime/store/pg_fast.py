@@ -119,7 +119,9 @@ class FastConnection(AsyncConnection):
         shape = values_insert(plan.sql)
         if shape is None:
             return False
-        insert = Insert(*shape, rows=[plan.row(p) for p in params] if isinstance(params, list) else [plan.row(params)])
+        head, row, width, tail = shape
+        insert = Insert(head, row, width, [plan.row(p) for p in params] if isinstance(params, list) else
+                        [plan.row(params)], tail)
         if sum(w.parameters for w in waiting or ()) + insert.parameters > MAX_PARAMETERS:
             return False
         assert waiting is not None
