@@ -1,8 +1,10 @@
 """The outbox relay (C2): publish what committed transactions promised, at least once.
 
-Claim a batch in one short transaction, publish it, mark it sent in another. If the process
-dies between publish and mark, the claim expires and another relay publishes again; the
-receivers' inboxes drop the duplicate. Safe with any number of replicas.
+Claim a batch (a lease: one statement per lane, each atomic alone), publish it, mark it sent
+(one statement). If the process dies between publish and mark, the claim expires and another
+relay publishes again; the receivers' inboxes drop the duplicate. Safe with any number of
+replicas. On PostgreSQL the statements run without a transaction around them
+(``Database.standalone``): a pass was six round trips, it is two.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class OutboxRelay:
             async with self.db.reader() as conn:
                 if not await outbox.any_claimable(conn, now=self.clock.now()):
                     return 0
-        async with self.db.transaction() as conn:
+        async with self.db.standalone() as conn:  # each lane's lease one statement, atomic alone
             rows = await outbox.claim_batch(conn, relay_id=self.relay_id, now=self.clock.now(),
                                             lease=self.lease, limit=self.batch_size, lanes=self.lanes)
         self.found = bool(rows)
@@ -79,7 +81,7 @@ class OutboxRelay:
             [RawRecord(topic=r.topic, key=r.key, value=r.value, headers=r.headers) for r in rows])
         self.faults.hit(AFTER_PUBLISH)
         sent = [r.id for r, res in zip(rows, results, strict=True) if not isinstance(res, BaseException)]
-        async with self.db.transaction() as conn:
+        async with self.db.standalone() as conn:
             marked = await outbox.mark_sent(conn, relay_id=self.relay_id, ids=sent, at=self.clock.now())
         self.on_published(marked)
         self._count(marked, results)

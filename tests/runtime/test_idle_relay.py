@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
+import asyncpg
+import asyncpg.prepared_stmt
 import pytest
 
 from ira.core.clock import FrozenClock
@@ -62,3 +65,36 @@ async def test_an_idle_relay_resends_a_row_whose_lease_expired(db: Database) -> 
     expired = await relay.relay_once()
     # Then it leaves the leased row alone and sends it once the lease is over
     assert (held, expired, len(publisher.records)) == (0, 1, 1)
+
+
+async def test_a_relay_pass_on_postgresql_is_two_statements_without_a_transaction(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    if db.dialect != "postgresql":
+        pytest.skip("SQLite's relay passes are write transactions (its one writer's lock)")
+    publisher = RecordingPublisher()
+    relay = OutboxRelay(db=db, publisher=publisher, clock=FrozenClock(T0), lease=LEASE)
+    for i in range(3):  # the relay's statements are planned from their second execution on
+        async with db.transaction() as conn:
+            await outbox.enqueue(conn, [message(message_id=f"w{i}")], at=T0)
+        assert await relay.relay_once() == 1
+    async with db.transaction() as conn:
+        await outbox.enqueue(conn, [message(message_id="m1"), message(message_id="m2")], at=T0)
+    sent: list[str] = []
+    simple, prepared = asyncpg.Connection.execute, asyncpg.prepared_stmt.PreparedStatement.fetch
+
+    async def execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(query.split()[0].rstrip(";").upper())
+        return await simple(self, query, *args, **kwargs)
+
+    async def fetch(self: asyncpg.prepared_stmt.PreparedStatement, *args: Any, **kwargs: Any) -> Any:
+        sent.append(self.get_query().split()[0])
+        return await prepared(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", execute)
+    monkeypatch.setattr(asyncpg.prepared_stmt.PreparedStatement, "fetch", fetch)
+    # When a pass sends the two
+    assert await relay.relay_once() == 2
+    # Then it leased them (the lanes' statement) and marked them sent: no BEGIN, no COMMIT
+    assert sent == ["WITH", "UPDATE"]
+    async with db.reader() as conn:
+        assert await outbox.any_claimable(conn, now=T0) is False

@@ -367,6 +367,21 @@ class Database:
                 yield conn
 
     @asynccontextmanager
+    async def standalone(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for writes whose every statement stands alone (each is atomic, none
+        needs another's effect undone with it: the relay's lease of a batch, its mark of the
+        batch sent). On PostgreSQL each statement commits on its own, on a kept connection in
+        autocommit (``pg_kept``): one round trip where BEGIN, the statement and COMMIT were
+        three. On SQLite a write transaction (its one writer's lock is the writers' order).
+        No commit listeners hear of it: what it writes is no outbox message."""
+        if self._pg_kept is None:
+            async with self.transaction() as conn:
+                yield conn
+            return
+        async with self._pg_kept.read() as conn:
+            yield conn
+
+    @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[AsyncConnection]:
         """A reader for a caller that would only wait for its reads: on SQLite they run on the
         event loop's thread, like a write transaction's (``sqlite_driver.begin_writing``).
