@@ -1,4 +1,4 @@
-"""Benchmark: round trips and statements per durable step on PostgreSQL (JSON lines).
+"""Benchmark: round trips per durable step on PostgreSQL (JSON lines).
 
 Usage: python bench/round_trips.py [--database-url postgresql://...] [--chain 2,30] [--repeats 3]
                                    [--incident N]
@@ -10,8 +10,10 @@ claims the next step: eager dispatch), so the relay's polls and the bench's own 
 * ``round_trips``  client writes on sockets to the database (asyncpg writes one buffer per
                    request and waits for its answer: a write is a round trip), by first message
                    type (``Q`` simple query: BEGIN/COMMIT/ROLLBACK; ``B`` bind+execute; ``P``
-                   prepare);
-* ``statements``   SQLAlchemy ``before_cursor_execute`` events, i.e. the statements ira issues;
+                   prepare). No SQLAlchemy ``before_cursor_execute`` listener counts statements
+                   any more: an engine with a listener runs every statement through
+                   SQLAlchemy's path (``pg_fast``), where ``write_later`` sends each insert at
+                   once, so the counts were not those of ira as it runs;
 * ``ms`` / ``cpu_ms`` wall and process CPU per step (noisy on a shared machine; engine.py is the
                    figure to quote).
 
@@ -41,7 +43,6 @@ from typing import Any
 
 import engine_ira
 import runs as incident_runs
-from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from ira.infra.tansu import EmbeddedKafka
@@ -129,11 +130,6 @@ async def main(args: argparse.Namespace) -> None:
         async with EmbeddedKafka(Path(tmp) / "kafka") as kafka:
             await ensure_topics(kafka.bootstrap, incident_runs.ENV, partitions=3)
             async with engine_ira.ira_engine("postgresql", args.database_url, Path(tmp), kafka.bootstrap) as ira:
-                def statement(*_: Any) -> None:
-                    if _COUNTING.get():
-                        _SEEN["statements"] += 1
-
-                event.listen(ira.db.engine.sync_engine, "before_cursor_execute", statement)
                 samples: dict[int, list[dict[str, float]]] = {n: [] for n in args.chain}
                 for _ in range(args.repeats):
                     for n in args.chain:
