@@ -45,6 +45,7 @@ from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import BrokerUnavailableError
 from ira.core.ids import new_event_id, new_id
 from ira.core.investigation import BranchKind, BranchResult, Evidence, StopReason
+from ira.core.run import Run
 from ira.core.states import StepState
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -102,9 +103,12 @@ def decisions(count: int, tenant: str = "bench") -> list[Envelope]:
     return out
 
 
-async def finish(conn: AsyncConnection, ctx: StepContext, *, at: datetime, ref: str | None = None) -> None:
+async def finish(conn: AsyncConnection, ctx: StepContext, *, at: datetime, ref: str | None = None,
+                 known: Run | None = None) -> None:
+    """The step DONE with a fenced commit, on the run as ``known`` (``on_known_run``) or as
+    read under lock."""
     c = ctx.claim
-    run = await lock_run(conn, c.tenant_id, c.run_id)
+    run = known or await lock_run(conn, c.tenant_id, c.run_id)
     await run_store.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
         fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),

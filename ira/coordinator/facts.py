@@ -51,10 +51,15 @@ async def on_known_run(known: Run | None, attempt: Callable[[Run | None], Awaita
     which reads it under lock (:func:`lock_run`). A stale epoch is raised as it is: a second try
     would be refused the same way.
 
-    Callers pass ``known`` only where the store lets one writer in at a time (SQLite: the
-    transaction holds the database's write lock, so nothing it read can change before it
-    commits) and only for an attempt with no effect outside its transaction, so the first try
-    leaves nothing behind; elsewhere (PostgreSQL) None, where the row lock queues the writers."""
+    Callers pass ``known`` only for an attempt with no effect outside its transaction, so the
+    first try leaves nothing behind, and where nothing the attempt reads can change unseen
+    before it commits: SQLite (the transaction holds the database's write lock), or on
+    PostgreSQL an attempt that reads nothing but the run it knows and whose first row lock is
+    its fenced commit's (which takes the run's row before the step's, as ``lock_run`` does:
+    a concurrent writer is waited for, then the compare-and-set finds the run moved). The
+    coordinator's steps read more than the run (branch results, drafts, approvals) and charge
+    the ledger before they commit: on PostgreSQL they pass None, where the row lock queues
+    the writers."""
     if known is not None:
         try:
             return await attempt(known)

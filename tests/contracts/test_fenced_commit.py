@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import EventDraft, Fence, OutboxMessage, RunCommit, StepChange
@@ -20,6 +20,8 @@ from ira.core.states import RunState, StepState
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
+from ira.runtime.store.schema import runs as runs_table
+from ira.runtime.store.schema import steps as steps_table
 from tests.contracts.test_store import LEASE, T0, _claim, create, event_seqs
 from tests.store_fixtures import statements
 
@@ -186,3 +188,44 @@ async def test_a_refused_fenced_commit_ends_no_attempt(db: Database) -> None:
         step = await steps.get_step(conn, "acme", run.run_id, "metrics")
     assert (step.state, step.owner_epoch) == (StepState.RUNNING, 1)
     assert await event_seqs(db, run.run_id) == [1]
+
+
+_BLOCKED_BY = text("SELECT count(*) FROM pg_stat_activity WHERE CAST(:holder AS integer) = ANY(pg_blocking_pids(pid))")
+
+
+async def test_a_fenced_commit_takes_the_runs_row_before_its_steps_row(db: Database) -> None:
+    """PostgreSQL: a commit that decided on the run without locking it (``on_known_run``) waits
+    for a writer holding the run (``lock_run``, a cancel) before it takes its step's row, the
+    order every such writer takes them in. Taking the step first (the step's UPDATE, then the
+    compare-and-set's run row) deadlocked with a writer going run -> step: found only after
+    ``deadlock_timeout``, one of them failed."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's one writer orders every transaction")
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    async with db.transaction() as holder:  # a writer that holds the run, as lock_run does
+        await holder.execute(select(runs_table).where(runs_table.c.run_id == run.run_id).with_for_update())
+        holder_pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+
+        async def commit() -> None:
+            async with db.transaction() as conn:
+                await runs.commit(conn, finishing(run.run_id, claim), at=T0)
+
+        committing = asyncio.create_task(commit())
+        async with db.reader() as watcher:
+            for _ in range(500):  # until the commit waits on the holder (bounded: 10 s)
+                if (await watcher.execute(_BLOCKED_BY, {"holder": holder_pid})).scalar_one():
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the commit never waited for the run's row")
+        async with db.transaction() as other:  # the step's row is free while the commit waits
+            locked = (await other.execute(select(steps_table.c.step_id).where(
+                steps_table.c.run_id == run.run_id, steps_table.c.step_id == "metrics").with_for_update(nowait=True)
+            )).scalar_one()
+        assert locked == "metrics" and not committing.done()
+    await asyncio.wait_for(committing, timeout=10)
+    async with db.reader() as conn:
+        step = await steps.get_step(conn, "acme", run.run_id, "metrics")
+    assert step.state == StepState.DONE

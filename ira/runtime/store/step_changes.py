@@ -95,10 +95,22 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
     return update(steps).where(*where).values(**values)
 
 
+_RUN_LOCKED = select(runs.c.run_id).where(
+    runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).with_for_update().cte("run_locked")
+"""PostgreSQL: the run's row, locked (a CTE of the fenced step's UPDATE, which waits on it)."""
+
+
 @cache
 def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: bool, target: StepState, ending: bool,
                    plan: bool) -> Select[Any]:
     """PostgreSQL: the fenced step's UPDATE as a data-modifying CTE, with what rides in it.
+
+    The run's row is locked first (``_RUN_LOCKED``), then the step's: the order of every writer
+    that reads the run under lock before it writes (``lock_run``, a cancel), so a commit that
+    decided on the run without locking it (the run its claim read, ``on_known_run``) waits
+    for such a writer instead of holding the step's row that writer will want next (a
+    deadlock, found by PostgreSQL only after ``deadlock_timeout``). Where the transaction holds
+    the lock already, taking it again costs the server a lookup.
 
     ``ending``: the end of its attempt, written only if the step's UPDATE took its row. ``plan``:
     the statement reads the run's plan for ``with_promotions`` (as it was before the statement:
@@ -106,7 +118,7 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
     can ready, ``_THAT_FINISHING_CAN_READY``, which holds the fenced step's own row), each row
     with ``took``; else one row comes back if the step's UPDATE took its row."""
     changed = _step_change_statement(with_result_ref, release_claim, with_depends_on, True, target) \
-        .returning(steps.c.step_id).cte("changed")
+        .where(exists(select(_RUN_LOCKED.c.run_id))).returning(steps.c.step_id).cte("changed")
     writes = [changed]
     if ending:
         writes.append(update(attempts).where(
@@ -223,7 +235,7 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         params["k_epoch"] = fence.owner_epoch
     shape = (change.result_ref is not None, change.release_claim, change.depends_on is not None)
     plan: Plan | None = None
-    if ending is None and read_plan is None:
+    if ending is None and read_plan is None and (fence is None or conn.dialect.name != "postgresql"):
         done = (await conn.execute(_step_change_statement(*shape, fence is not None, change.state), params)
                 ).rowcount == 1
     else:
