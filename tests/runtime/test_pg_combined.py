@@ -1,5 +1,5 @@
-"""Inserts written later, with a transaction's next statement (``pg_fast.write_later``,
-``pg_combined``).
+"""Inserts and updates written later, with a transaction's next statement
+(``pg_fast.write_later``, ``pg_combined``).
 
 What must hold on both backends: a transaction reads what it wrote later, commits it, and a
 failed insert fails the transaction; a transaction that rolled back leaves nothing behind,
@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ira.runtime.store import artifacts, pg_fast
 from ira.runtime.store.database import Database
-from ira.runtime.store.pg_combined import Insert, combined, rides_along, values_insert
+from ira.runtime.store.pg_combined import Insert, Update, combined, plain_update, rides_along, values_insert
 from ira.runtime.store.schema import artifacts as artifacts_table
 from ira.runtime.store.schema import tasks, timers
 
@@ -27,6 +27,9 @@ T0 = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 _TASK = insert(tasks)
 _TIMER = insert(timers)
 _TASKS = select(func.count()).select_from(tasks).where(tasks.c.tenant_id == "acme")
+_FIRE = update(timers).where(timers.c.timer_id == bindparam("k_timer"), timers.c.fired_at.is_(None)) \
+    .values(fired_at=bindparam("v_now"))
+_FIRED = select(timers.c.timer_id).where(timers.c.fired_at.is_not(None), timers.c.timer_id.like("up-%"))
 
 
 def _task(task_id: str) -> dict[str, Any]:
@@ -45,6 +48,7 @@ async def _warm(db: Database) -> None:
         async with db.transaction() as conn:
             await conn.execute(_TASK, _task(f"warm{i}"))
             await conn.execute(_TIMER, _timer(f"warm{i}"))
+            await conn.execute(_FIRE, {"k_timer": f"warm{i}", "v_now": T0})
 
 
 async def _count(db: Database) -> int:
@@ -195,3 +199,63 @@ async def test_an_artifact_put_without_read_back_is_stored_once_and_read_in_its_
     assert stored == 1
     if db.dialect == "postgresql":  # nothing went to the server until the read needed it
         assert waiting == []
+
+
+async def test_an_update_written_later_rides_in_the_next_statement_and_is_seen_after_it(
+        db: Database, sent: list[str]) -> None:
+    await _warm(db)
+    async with db.transaction() as conn:
+        await conn.execute(_TIMER, _timer("up-1"))
+    sent.clear()
+    # When a transaction disarms a timer later, then writes a task, then reads the timers
+    async with db.transaction() as conn:
+        await pg_fast.write_later(conn, _FIRE, {"k_timer": "up-1", "v_now": T0})
+        await conn.execute(_TASK, _task("with-update"))
+        statements = list(sent)
+        fired = list((await conn.execute(_FIRED)).scalars())
+    # Then the read saw it, it was committed, and on PostgreSQL it went with the task's insert
+    assert fired == ["up-1"]
+    async with db.reader() as conn:
+        assert list((await conn.execute(_FIRED)).scalars()) == ["up-1"]
+    if db.dialect == "postgresql":
+        assert len(statements) == 1 and statements[0].startswith("WITH w0 AS (UPDATE timers SET fired_at=")
+        assert statements[0].endswith(")") and "INSERT INTO tasks" in statements[0]
+
+
+async def test_an_update_later_sees_the_rows_written_later_before_it(db: Database, sent: list[str]) -> None:
+    """A CTE does not see the rows of the statement's other parts: an UPDATE of a table an
+    insert still waits to write goes after it, not beside it, and finds its row; a write after
+    a waiting UPDATE of its table goes after it too."""
+    await _warm(db)
+    async with db.transaction() as conn:
+        await conn.execute(_TIMER, _timer("up-4"))
+    sent.clear()
+    async with db.transaction() as conn:
+        await pg_fast.write_later(conn, _TIMER, _timer("up-2"))
+        await pg_fast.write_later(conn, _FIRE, {"k_timer": "up-2", "v_now": T0})  # names timers: the insert first
+    async with db.transaction() as conn:
+        await pg_fast.write_later(conn, _FIRE, {"k_timer": "up-4", "v_now": T0})
+        await pg_fast.write_later(conn, _TIMER, _timer("up-3"))  # after a waiting UPDATE of timers: after it
+    statements = [s.split(" ", 1)[0] for s in sent]
+    async with db.reader() as conn:
+        assert sorted((await conn.execute(_FIRED)).scalars()) == ["up-2", "up-4"]
+        armed = (await conn.execute(select(timers.c.fired_at).where(timers.c.timer_id == "up-3"))).scalar_one()
+    assert armed is None
+    if db.dialect == "postgresql":
+        assert statements == ["INSERT", "UPDATE", "UPDATE", "INSERT"]
+
+
+def test_only_an_update_that_returns_nothing_is_queued() -> None:
+    assert plain_update("UPDATE timers SET fired_at=$1::TIMESTAMP WITH TIME ZONE WHERE timers.timer_id = $2::VARCHAR")
+    for sql in ("UPDATE t SET a=$1::VARCHAR RETURNING t.a", "WITH x AS (SELECT 1) UPDATE t SET a=$1::VARCHAR",
+                "UPDATE t SET a=$1::VARCHAR; DELETE FROM t", "INSERT INTO t (a) VALUES ($1::VARCHAR)"):
+        assert not plain_update(sql), sql
+    queued = [Update("UPDATE work_items SET state=$1::VARCHAR WHERE work_items.run_id = $2::VARCHAR", ("closed", "r"))]
+    assert queued[0].table == "work_items"
+    assert not rides_along("SELECT work_items.state FROM work_items", queued)
+    sql, values = combined([Insert("INSERT INTO a (x)", "($1::VARCHAR)", 1, [("p",)]), *queued],
+                           "SELECT $1::INTEGER", (7,))
+    assert sql == ("WITH w0 AS (INSERT INTO a (x) VALUES ($1::VARCHAR)), "
+                   "w1 AS (UPDATE work_items SET state=$2::VARCHAR WHERE work_items.run_id = $3::VARCHAR) "
+                   "SELECT $4::INTEGER")
+    assert values == ["p", "closed", "r", 7]

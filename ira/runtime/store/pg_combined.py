@@ -1,6 +1,6 @@
-"""PostgreSQL: several INSERTs of a transaction sent as one statement (one round trip).
+"""PostgreSQL: several INSERTs (and UPDATEs) of a transaction sent as one statement (one round trip).
 
-A write transaction's INSERTs whose result nobody reads (``pg_fast.write_later``) wait in a
+A write transaction's INSERTs and UPDATEs whose result nobody reads (``pg_fast.write_later``) wait in a
 queue and go to the server with the transaction's next statement, or before its COMMIT, as the
 data-modifying CTEs of one statement:
 
@@ -17,7 +17,11 @@ its steps, a step and the run's compare-and-set).
 
 Only an ``INSERT INTO t (columns) VALUES (parameters)`` as SQLAlchemy compiles it for asyncpg
 (every value a ``$n`` with its cast) is queued: its rows are renumbered and listed, nothing of
-its text is interpreted beyond that.
+its text is interpreted beyond that; and an ``UPDATE t SET .. WHERE ..`` that returns nothing
+(a timer disarmed, work items closed), its parameters renumbered. An UPDATE that waits takes
+its rows' locks when it goes out, still before COMMIT and still after every statement the
+transaction sent before it: the order in which the transaction locks rows it takes first (the
+run's) is unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ _VALUE = r"\$\d+(?:::[A-Z][A-Z ]*(?:\[\])?)?"
 _VALUES_INSERT = re.compile(
     rf"(INSERT INTO \S+ \([^()]*\)) VALUES (\({_VALUE}(?:, {_VALUE})*\))( ON CONFLICT DO NOTHING)?")
 _STATEMENT = re.compile(r"(?:WITH (?!RECURSIVE)|SELECT |INSERT |UPDATE |DELETE )")
+_PLAIN_UPDATE = re.compile(r"UPDATE (\S+) SET [^;]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,31 @@ class Insert:
         return self.head.split(" ", 3)[2]
 
 
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A queued UPDATE that returns nothing: its SQL numbered from 1 and its values."""
+
+    sql: str
+    values: tuple[Any, ...]
+
+    @property
+    def parameters(self) -> int:
+        return len(self.values)
+
+    @property
+    def table(self) -> str:
+        return self.sql.split(" ", 2)[1]
+
+
+Queued = Insert | Update
+
+
+@lru_cache(maxsize=256)
+def plain_update(sql: str) -> bool:
+    """Whether ``sql`` is one ``UPDATE t SET .. [WHERE ..]`` with no CTE and no RETURNING."""
+    return _PLAIN_UPDATE.fullmatch(sql) is not None and " RETURNING " not in sql
+
+
 @lru_cache(maxsize=256)
 def values_insert(sql: str) -> tuple[str, str, int, str] | None:
     """(head, row, width, tail) if ``sql`` is a plain ``INSERT .. VALUES (..)``, maybe with ``ON
@@ -72,7 +102,7 @@ def values_insert(sql: str) -> tuple[str, str, int, str] | None:
     return found.group(1), found.group(2), width, found.group(3) or ""
 
 
-def rides_along(sql: str, queued: Sequence[Insert]) -> bool:
+def rides_along(sql: str, queued: Sequence[Queued]) -> bool:
     """Whether the statement ``sql`` can carry ``queued`` in front of it: one statement (a
     SELECT, INSERT, UPDATE or DELETE, or a non-recursive WITH) that names none of their tables."""
     return _STATEMENT.match(sql) is not None and not any(_names(sql, table) for table in {q.table for q in queued})
@@ -86,13 +116,17 @@ def _shifted(sql: str, by: int) -> str:
     return _PARAMETER.sub(lambda m: f"${int(m.group(1)) + by}", sql) if by else sql
 
 
-def combined(queued: Sequence[Insert], last: str | None = None, last_values: Sequence[Any] = ()
+def combined(queued: Sequence[Queued], last: str | None = None, last_values: Sequence[Any] = ()
              ) -> tuple[str, list[Any]]:
     """One statement doing ``queued`` in order, then ``last`` (whose result it gives) or, without
-    one, the last queued insert; and its parameters, numbered through."""
+    one, the last queued write; and its parameters, numbered through."""
     parts: list[str] = []
     values: list[Any] = []
     for item in queued:
+        if isinstance(item, Update):
+            parts.append(_shifted(item.sql, len(values)))
+            values.extend(item.values)
+            continue
         rows = []
         for row in item.rows:
             rows.append(_shifted(item.row, len(values)))

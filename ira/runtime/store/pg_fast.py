@@ -50,7 +50,16 @@ from sqlalchemy import exc
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ira.runtime.store.pg_combined import MAX_PARAMETERS, Insert, combined, rides_along, values_insert
+from ira.runtime.store.pg_combined import (
+    MAX_PARAMETERS,
+    Insert,
+    Queued,
+    Update,
+    combined,
+    plain_update,
+    rides_along,
+    values_insert,
+)
 from ira.runtime.store.plans import PLANNABLE, Plan, Plans, call_parameters
 
 _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
@@ -61,13 +70,14 @@ LATER = "ira.pg_fast.later"
 
 
 async def write_later(conn: AsyncConnection, statement: Any, parameters: Any) -> None:
-    """Execute ``statement``, an INSERT whose result the caller does not read, with the
-    transaction's next statement instead of on its own (``pg_combined``): one round trip
-    fewer per insert that waits. Where that cannot be (SQLite, a statement not yet planned or
-    not a plain ``VALUES`` insert, no queue: outside ``Database.transaction``), at once.
+    """Execute ``statement``, an INSERT or an UPDATE whose result (rows, row count) the caller
+    does not read, with the transaction's next statement instead of on its own
+    (``pg_combined``): one round trip fewer per write that waits. Where that cannot be
+    (SQLite, a statement not yet planned or not a plain ``VALUES`` insert or ``UPDATE .. SET``
+    without RETURNING, no queue: outside ``Database.transaction``), at once.
 
-    An error of the insert (a duplicate key) is raised by the statement it goes with, in the
-    same transaction: a caller that must tell its own insert's failure apart uses ``execute``."""
+    An error of the write (a duplicate key) is raised by the statement it goes with, in the
+    same transaction: a caller that must tell its own write's failure apart uses ``execute``."""
     if not (isinstance(conn, FastConnection) and conn.queue_later(statement, parameters)):
         await conn.execute(statement, parameters)
 
@@ -101,31 +111,37 @@ class FastConnection(AsyncConnection):
         found = _ROWCOUNT.match(status or "")
         return plan.result(rows, int(found.group(1)) if found else -1)
 
-    def _waiting(self) -> list[Insert] | None:
+    def _waiting(self) -> list[Queued] | None:
         """This transaction's queue of inserts (:func:`write_later`); None outside one that has it."""
         sync = self.sync_connection
         if sync is None or sync.closed or sync.invalidated:
             return None
-        waiting: list[Insert] | None = sync.info.get(LATER)
+        waiting: list[Queued] | None = sync.info.get(LATER)
         return waiting
 
     def queue_later(self, statement: Any, parameters: Any) -> bool:
         """Queue ``statement`` (:func:`write_later`); False where it must run at once."""
         waiting = self._waiting()
         fast = self._fast(statement, parameters, None) if waiting is not None else None
-        if fast is None:
+        if fast is None or waiting is None:
             return False
         plan, _, params = fast
         shape = values_insert(plan.sql)
-        if shape is None:
+        item: Queued
+        if shape is not None:
+            head, row, width, tail = shape
+            item = Insert(head, row, width, [plan.row(p) for p in params] if isinstance(params, list) else
+                          [plan.row(params)], tail)
+        elif not isinstance(params, list) and plain_update(plan.sql) and rides_along(plan.sql, waiting):
+            item = Update(plan.sql, tuple(plan.row(params)))  # it must see what waits before it: none of its tables
+        else:
             return False
-        head, row, width, tail = shape
-        insert = Insert(head, row, width, [plan.row(p) for p in params] if isinstance(params, list) else
-                        [plan.row(params)], tail)
-        if sum(w.parameters for w in waiting or ()) + insert.parameters > MAX_PARAMETERS:
+        updates = [w for w in waiting if isinstance(w, Update)]
+        if updates and not rides_along(plan.sql, updates):
+            return False  # a write after a waiting UPDATE of a table it names goes after it, not beside it
+        if sum(w.parameters for w in waiting) + item.parameters > MAX_PARAMETERS:
             return False
-        assert waiting is not None
-        waiting.append(insert)
+        waiting.append(item)
         return True
 
     async def flush_later(self) -> None:
@@ -138,7 +154,7 @@ class FastConnection(AsyncConnection):
         waiting.clear()  # sent or not, they are this transaction's: a failure fails it
         await self._run(sync.connection.dbapi_connection, sql, values, False)  # type: ignore[arg-type]
 
-    async def _with_waiting(self, waiting: list[Insert], plan: Plan, adapted: AsyncAdapt_asyncpg_connection,
+    async def _with_waiting(self, waiting: list[Queued], plan: Plan, adapted: AsyncAdapt_asyncpg_connection,
                             params: Any) -> Any:
         """``plan`` executed with the waiting inserts in front of it, in one statement."""
         bound = plan.row(params)

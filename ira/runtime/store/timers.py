@@ -51,9 +51,11 @@ async def mark_fired(conn: AsyncConnection, timer: Timer, *, now: datetime) -> b
     return await _set_fired(conn, timer.tenant_id, timer.timer_id, now=now)
 
 
-async def cancel_timer(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> bool:
-    """Disarm a timer (the approval came in first); reuses fired_at so it can never fire."""
-    return await _set_fired(conn, tenant_id, timer_id, now=now)
+async def cancel_timer(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> None:
+    """Disarm a timer (the approval came in first); reuses fired_at so it can never fire.
+    Nobody reads whether it was armed: on PostgreSQL the UPDATE goes with the transaction's
+    next statement (``write_later``)."""
+    await write_later(conn, _FIRE, {"k_tenant": tenant_id, "k_timer": timer_id, "v_now": now})
 
 
 async def _set_fired(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> bool:
