@@ -3,9 +3,9 @@ version, the fence of a claim, and the one-step charge against the run's root bu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import bindparam, select
@@ -130,18 +130,26 @@ async def incident_version(conn: AsyncConnection, run: Run) -> int:
 async def version_with_draft(conn: AsyncConnection, run: Run, draft: records.DraftRecord | None) -> int:
     """:func:`incident_version` for a caller that read the run's current ``draft`` in this
     transaction already (one read fewer on the approval's hot path)."""
+    rows = await conn.execute(_VERSION_EVENTS, {"k_tenant": run.tenant_id, "k_run": run.run_id})
+    return version_of(run, draft, ((r.type, r.data) for r in rows))
+
+
+def version_of(run: Run, draft: records.DraftRecord | None, logged: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+    """The incident version from the run's binding, its current ``draft`` and its ``logged``
+    events of :data:`VERSION_EVENT_TYPES` (type, data)."""
     known = [int(run.bindings.get("incident_version", 0))]
     if draft is not None:
         known.append(draft.incident_version)
-    rows = await conn.execute(_VERSION_EVENTS, {"k_tenant": run.tenant_id, "k_run": run.run_id})
-    known += [int(r.data.get("incident_version", 0)) for r in rows
-              if r.type == ALERT_DELIVERED or r.data.get("substantive")]
+    known += [int(data.get("incident_version", 0)) for type_, data in logged
+              if type_ == ALERT_DELIVERED or data.get("substantive")]
     return max(known)
 
 
+VERSION_EVENT_TYPES = (ALERT_DELIVERED, INCIDENT_UPDATED)
+"""The events that can move the incident version an approval binds to."""
 _VERSION_EVENTS = select(events.c.type, events.c.data).where(
     events.c.tenant_id == bindparam("k_tenant"), events.c.run_id == bindparam("k_run"),
-    events.c.type.in_((ALERT_DELIVERED, INCIDENT_UPDATED)))
+    events.c.type.in_(VERSION_EVENT_TYPES))
 """Built once (see ira/runtime/store/steps.py on why hot statements are)."""
 
 

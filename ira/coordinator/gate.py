@@ -17,20 +17,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+import orjson
 from opentelemetry.trace import Span
-from sqlalchemy import bindparam, select
+from sqlalchemy import String, bindparam, func, literal_column, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
 
 from ira.coordinator import records
 from ira.coordinator.approval import Choice, DecisionCheck, Judgement, Shown, Verdict, judge, target_state
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.ending import APPROVAL_EXPIRY_TIMER, end_run, expiry_timer_id, invalidate_pending
-from ira.coordinator.facts import fence, load_model, store_json, version_with_draft
+from ira.coordinator.facts import VERSION_EVENT_TYPES, fence, load_model, store_json, version_of, version_with_draft
 from ira.coordinator.notify import APPROVAL_REQUESTED, announce, request_notification
 from ira.coordinator.records import DraftRecord
 from ira.coordinator.report import canonical_json
+from ira.coordinator.schema import ticket_drafts
 from ira.coordinator.workflow import APPROVE_TICKET, CREATE_TICKET_ACTION
 from ira.core.commit import EventDraft, OutboxMessage, RunCommit, StepChange
 from ira.core.delivery import NotificationKind
@@ -45,7 +51,7 @@ from ira.core.states import ApprovalState, RunState, StepState, WaitKind, WorkIt
 from ira.runtime import runtrace
 from ira.runtime.store import outbox, runs, timers
 from ira.runtime.store.rows import run_from_row
-from ira.runtime.store.schema import approvals
+from ira.runtime.store.schema import approvals, events
 from ira.runtime.store.schema import runs as runs_table
 from ira.runtime.wakeup import step_wakeup
 
@@ -122,9 +128,9 @@ async def decide(
 ) -> tuple[Approval, Judgement]:
     """Judge and, if it may, apply one decision; a refusal is recorded on the run's log.
     ``shown``: the draft the decider saw (a chat button's binding), which must be the approval's."""
-    run, approval = await _locked(conn, tenant_id, approval_id)
-    draft = await records.current_draft(conn, tenant_id, run.run_id)
-    version = await version_with_draft(conn, run, draft)
+    run = await _locked(conn, tenant_id, approval_id)
+    view = await approval_view(conn, run)
+    approval, draft, version = view.approval(approval_id), view.draft, view.version
     judgement = judge(DecisionCheck(
         approval=approval, choice=choice, principal=principal, roles=roles, now=at,
         current_draft_ref=draft.ref if draft else None, current_resource_version=version,
@@ -204,19 +210,88 @@ async def usable_approval(conn: AsyncConnection, run: Run, draft: DraftRecord, *
     here unless the caller has it)."""
     if version is None:
         version = await version_with_draft(conn, run, draft)
-    usable = [a for a in await records.list_approvals(conn, run.tenant_id, run.run_id)
+    return _usable(await records.list_approvals(conn, run.tenant_id, run.run_id), draft, version)
+
+
+def _usable(approvals: Sequence[Approval], draft: DraftRecord, version: int) -> Approval | None:
+    usable = [a for a in approvals
               if a.state == ApprovalState.APPROVED and a.payload_hash == draft.ref and a.resource_version == version]
     return usable[-1] if usable else None
 
 
-async def _locked(conn: AsyncConnection, tenant_id: str, approval_id: str) -> tuple[Run, Approval]:
-    """The run locked first, then the approval read fresh: every approval writer holds the run
-    lock, so what is read here cannot change before this transaction commits. The run is found
-    through the approval in the locking statement itself (one read fewer than looking it up)."""
+@dataclass(frozen=True)
+class ApprovalView:
+    """What a run's approvals are judged against, as read under the run's lock: its current
+    draft, the incident version that draft binds to, and every approval (oldest first)."""
+
+    draft: DraftRecord | None
+    version: int
+    approvals: tuple[Approval, ...]
+
+    def approval(self, approval_id: str) -> Approval:
+        for approval in self.approvals:
+            if approval.approval_id == approval_id:
+                return approval
+        raise NotFoundError(f"approval {approval_id} not found")
+
+    def usable(self) -> Approval | None:
+        """:func:`usable_approval` of the current draft (None without one)."""
+        return _usable(self.approvals, self.draft, self.version) if self.draft is not None else None
+
+
+async def approval_view(conn: AsyncConnection, run: Run) -> ApprovalView:
+    """The run's :class:`ApprovalView`; the caller holds the run's lock. On PostgreSQL one
+    statement (``_APPROVAL_VIEW``) instead of three reads, a statement of its own after the
+    lock: in the locking statement itself, a writer waited for would be seen only on the
+    locked row (PostgreSQL re-reads that one), the draft and approvals as they were before the
+    wait."""
+    if conn.dialect.name != "postgresql":
+        draft = await records.current_draft(conn, run.tenant_id, run.run_id)
+        return ApprovalView(draft, await version_with_draft(conn, run, draft),
+                            tuple(await records.list_approvals(conn, run.tenant_id, run.run_id)))
+    row = (await conn.execute(_APPROVAL_VIEW, {"k_tenant": run.tenant_id, "k_run": run.run_id})).one()
+    draft_row = _json(row.draft)
+    draft = DraftRecord.model_validate(draft_row) if draft_row is not None else None
+    logged = [(type_, data) for type_, data in _json(row.versions) or ()]
+    return ApprovalView(draft, version_of(run, draft, logged),
+                        tuple(Approval.model_validate(a) for a in _json(row.approvals) or ()))
+
+
+def _json(value: Any) -> Any:
+    """A JSON column of ``_APPROVAL_VIEW`` as asyncpg answers it (text) or decoded already."""
+    return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _approval_view() -> Select[Any]:
+    """PostgreSQL: the run's current draft (``row_to_json``), its version events (type, data)
+    and its approvals (oldest first) as three JSON columns of one row."""
+    tenant, run_id = bindparam("k_tenant", type_=String), bindparam("k_run", type_=String)
+    logged = events.alias("logged")
+    versions = select(func.json_agg(func.json_build_array(logged.c.type, logged.c.data))).where(
+        logged.c.tenant_id == tenant, logged.c.run_id == run_id,
+        logged.c.type.in_(VERSION_EVENT_TYPES)).scalar_subquery()
+    newest = select(ticket_drafts).where(ticket_drafts.c.tenant_id == tenant,
+                                         ticket_drafts.c.run_id == run_id) \
+        .order_by(ticket_drafts.c.version.desc()).limit(1).subquery("newest")
+    draft = select(func.row_to_json(literal_column("newest"))).select_from(newest).scalar_subquery()
+    asked = select(approvals).where(approvals.c.tenant_id == tenant, approvals.c.run_id == run_id) \
+        .subquery("asked")
+    every = select(func.json_agg(aggregate_order_by(literal_column("asked"), asked.c.created_at,
+                                                    asked.c.approval_id))).select_from(asked).scalar_subquery()
+    return select(versions.label("versions"), draft.label("draft"), every.label("approvals"))
+
+
+_APPROVAL_VIEW = _approval_view()
+
+
+async def _locked(conn: AsyncConnection, tenant_id: str, approval_id: str) -> Run:
+    """The run locked first: every approval writer holds the run lock, so what is read after it
+    cannot change before this transaction commits. The run is found through the approval in
+    the locking statement itself (one read fewer than looking it up)."""
     row = (await conn.execute(_LOCK_RUN_OF_APPROVAL, {"k_tenant": tenant_id, "k_approval": approval_id})).first()
     if row is None:
         raise NotFoundError(f"approval {approval_id} not found")
-    return run_from_row(row), await records.get_approval(conn, tenant_id, approval_id)
+    return run_from_row(row)
 
 
 _LOCK_RUN_OF_APPROVAL = select(runs_table).where(
@@ -229,7 +304,8 @@ _LOCK_RUN_OF_APPROVAL = select(runs_table).where(
 async def expire(conn: AsyncConnection, tenant_id: str, approval_id: str, *, config: WorkflowConfig,
                  at: datetime) -> bool:
     """The expiry timer fired: no decision came in time, so the run ends without a ticket."""
-    run, approval = await _locked(conn, tenant_id, approval_id)
+    run = await _locked(conn, tenant_id, approval_id)
+    approval = await records.get_approval(conn, tenant_id, approval_id)
     if approval.state != ApprovalState.PENDING or at < approval.expires_at:
         return False
     await records.settle_approval(conn, approval, ApprovalState.EXPIRED, at=at, reason="expired")

@@ -165,11 +165,12 @@ async def _prepare(deps: Deps, ctx: StepContext, *, claimed: Run | None) -> _Pre
     now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
         run = claimed or await lock_run(conn, c.tenant_id, c.run_id)
-        draft = await records.current_draft(conn, c.tenant_id, c.run_id)
+        view = await gate.approval_view(conn, run)
+        draft = view.draft
         doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
         if run.state != RunState.RUNNING or draft is None or doc is None:
             return None
-        approval = await gate.usable_approval(conn, run, draft)
+        approval = view.usable()
         # the step's first claim (epoch 1) follows no earlier create_ticket: no Operation of its own yet
         existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET) \
             if c.owner_epoch > 1 else None

@@ -11,15 +11,17 @@ import re
 
 from sqlalchemy import select
 
-from ira.coordinator import facts, records
+from ira.coordinator import facts, gate, records
+from ira.coordinator.approval import Choice, Verdict
 from ira.core.commit import EventDraft, RunCommit
 from ira.core.events import RunEventType
-from ira.core.states import RunState, StepState, WaitKind
+from ira.core.states import ApprovalState, RunState, StepState, WaitKind
 from ira.runtime.store import runs, steps
 from ira.runtime.store.artifact_cache import ArtifactCache
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
 from tests.coordinator.harness import T0, build, decision, envelope
+from tests.coordinator.test_approvals import waiting_for_approval
 from tests.store_fixtures import statements
 
 
@@ -140,3 +142,40 @@ async def test_a_step_whose_run_moved_after_its_claim_still_finishes_in_its_atte
         run = await runs.get_run(conn, "acme", ctx.run.run_id)
     assert (step.state, step.owner_epoch) == (StepState.DONE, ctx.claim.owner_epoch)
     assert (run.state, run.wait_kind) == (RunState.WAITING, WaitKind.APPROVAL)
+
+
+async def test_an_approvals_decision_reads_what_it_judges_in_one_statement_after_the_lock(db: Database) -> None:
+    """PostgreSQL: the approval, the current draft and the incident version it binds to are one
+    read (``gate.approval_view``), a statement of its own after the run's lock (so they are
+    read after any writer it waited for); SQLite reads them separately (no round trip)."""
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    await pump.close()
+    with statements(db) as seen:
+        async with db.transaction() as conn:
+            decided, judgement = await gate.decide(
+                conn, "acme", approval.approval_id, choice=Choice.APPROVE, principal="lead",
+                roles=frozenset({approval.required_role}), reason=None, config=deps.config, at=T0)
+    assert (decided.state, judgement.verdict) == (ApprovalState.APPROVED, Verdict.APPLY)
+    before_write = seen[:next(i for i, s in enumerate(seen) if s.startswith("UPDATE approvals"))]
+    assert before_write[0].startswith("SELECT runs.")  # the run's lock first
+    after_lock = before_write[1:]
+    if db.engine.dialect.name == "postgresql":
+        assert before_write[0].endswith("FOR UPDATE")
+        assert len(after_lock) == 1 and "json_agg" in after_lock[0]
+    else:
+        assert sorted(t for t in ("approvals", "ticket_drafts", "events") if reads(after_lock, t)) == [
+            "approvals", "events", "ticket_drafts"]
+
+
+async def test_the_approval_view_holds_what_the_separate_reads_hold(db: Database) -> None:
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    await pump.close()
+    async with db.transaction() as conn:
+        run = await facts.lock_run(conn, "acme", run_id)
+        view = await gate.approval_view(conn, run)
+        draft = await records.current_draft(conn, "acme", run_id)
+        assert view.draft == draft and view.draft is not None
+        assert view.version == await facts.version_with_draft(conn, run, draft)
+        assert view.approvals == tuple(await records.list_approvals(conn, "acme", run_id))
+        assert view.approval(approval.approval_id) == approval
+        assert view.usable() is None  # asked, not approved yet
