@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import orjson
 from opentelemetry.trace import Span
@@ -251,15 +251,24 @@ async def approval_view(conn: AsyncConnection, run: Run) -> ApprovalView:
                             tuple(await records.list_approvals(conn, run.tenant_id, run.run_id)))
     row = (await conn.execute(_APPROVAL_VIEW, {"k_tenant": run.tenant_id, "k_run": run.run_id})).one()
     draft_row = _json(row.draft)
-    draft = DraftRecord.model_validate(draft_row) if draft_row is not None else None
+    draft = _utc(DraftRecord.model_validate(draft_row)) if draft_row is not None else None
     logged = [(type_, data) for type_, data in _json(row.versions) or ()]
     return ApprovalView(draft, version_of(run, draft, logged),
-                        tuple(Approval.model_validate(a) for a in _json(row.approvals) or ()))
+                        tuple(_utc(Approval.model_validate(a)) for a in _json(row.approvals) or ()))
 
 
 def _json(value: Any) -> Any:
     """A JSON column of ``_APPROVAL_VIEW`` as asyncpg answers it (text) or decoded already."""
     return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
+R = TypeVar("R", DraftRecord, Approval)
+
+
+def _utc(record: R) -> R:
+    """JSON spells a timestamp in the session's time zone; the store hands out UTC (``UtcDateTime``)."""
+    return record.model_copy(update={name: value.astimezone(UTC) for name, value in record
+                                     if isinstance(value, datetime)})
 
 
 def _approval_view() -> Select[Any]:
