@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import operations, records
@@ -23,6 +24,7 @@ from ira.coordinator.facts import fence, load_model, lock_run, store_json
 from ira.coordinator.notify import RUN_COMPLETED, request_notification
 from ira.coordinator.reconcile import MANUAL_REPAIR, repair_facts
 from ira.coordinator.report import canonical_json
+from ira.coordinator.schema import ticket_drafts
 from ira.coordinator.workflow import COMPLETE, SYNTHESIZE
 from ira.core.commit import EventDraft, RunCommit, StepChange
 from ira.core.events import RunEventType
@@ -32,7 +34,8 @@ from ira.core.operation import Operation, WorkItem
 from ira.core.report import Report
 from ira.core.run import Claim, Run
 from ira.core.states import OperationFact, RunState, StepState, WaitKind, WorkItemState
-from ira.runtime.store import runs, steps
+from ira.runtime.store import runs
+from ira.runtime.store.schema import steps as steps_table
 
 AFTER_COMPLETE = "run.after_complete"
 """Fault point: C6 committed (run COMPLETED, delivery in the outbox), nothing delivered yet
@@ -116,25 +119,35 @@ async def complete_if_verified(conn: AsyncConnection, claim: Claim, *, config: W
 async def _verified(conn: AsyncConnection, claim: Claim, run: Run, *, config: WorkflowConfig, at: datetime
                     ) -> tuple[Run | None, Report | None, Sequence[Operation], Verification]:
     """The check, and the run COMPLETED (committed) if it passed, else None."""
-    synth = await steps.get_step(conn, claim.tenant_id, claim.run_id, SYNTHESIZE)
-    report = await load_model(conn, claim.tenant_id, synth.result_ref, model=Report)
+    refs = (await conn.execute(_REFS, {"k_tenant": claim.tenant_id, "k_run": claim.run_id})).one()
+    report = await load_model(conn, claim.tenant_id, refs.report_ref, model=Report)
     ops = await operations.list_operations(conn, claim.tenant_id, claim.run_id)
     verification = verify_run(contract=run.contract, report=report, ops=ops)
-    if verification.passed and report is not None and synth.result_ref:
-        return await _complete(conn, run, claim, report_ref=synth.result_ref, report=report, ops=ops,
-                               verification=verification, config=config, at=at), report, ops, verification
+    if verification.passed and report is not None and refs.report_ref:
+        return await _complete(conn, run, claim, report_ref=refs.report_ref, draft_ref=refs.draft_ref, report=report,
+                               ops=ops, verification=verification, config=config, at=at), report, ops, verification
     return None, report, ops, verification
 
 
+_REFS = select(
+    select(steps_table.c.result_ref).where(
+        steps_table.c.tenant_id == bindparam("k_tenant"), steps_table.c.run_id == bindparam("k_run"),
+        steps_table.c.step_id == SYNTHESIZE).scalar_subquery().label("report_ref"),
+    select(ticket_drafts.c.ref).where(
+        ticket_drafts.c.tenant_id == bindparam("k_tenant"), ticket_drafts.c.run_id == bindparam("k_run"))
+    .order_by(ticket_drafts.c.version.desc()).limit(1).scalar_subquery().label("draft_ref"))
+"""What C6 records besides the Operations: the report (synthesize's result) and the current
+draft's ref, one read (the run's lock is held: neither can change before the commit)."""
+
+
 async def _complete(
-    conn: AsyncConnection, run: Run, claim: Claim, *, report_ref: str, report: Report, ops: Sequence[Operation],
-    verification: Verification, config: WorkflowConfig, at: datetime,
+    conn: AsyncConnection, run: Run, claim: Claim, *, report_ref: str, draft_ref: str | None, report: Report,
+    ops: Sequence[Operation], verification: Verification, config: WorkflowConfig, at: datetime,
 ) -> Run:
-    draft = await records.current_draft(conn, run.tenant_id, run.run_id)
     tickets = {o.kind: o.external_ref for o in ops
                if o.fact_state == OperationFact.CONFIRMED_SUCCESS and o.external_ref}
     result = RunResult(run_id=run.run_id, incident_id=run.incident_id, report_ref=report_ref,
-                       draft_ref=draft.ref if draft else None, tickets=tickets,
+                       draft_ref=draft_ref, tickets=tickets,
                        missing_branches=tuple(m.branch for m in report.missing), checks=verification.checks)
     ref = await store_json(conn, run.tenant_id, canonical_json(result), config=config, at=at)
     message = await request_notification(conn, run, kind=RUN_COMPLETED, config=config, at=at, data={

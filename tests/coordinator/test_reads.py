@@ -14,6 +14,7 @@ from sqlalchemy import select, text
 
 from ira.coordinator import facts, gate, records
 from ira.coordinator.approval import Choice, Verdict
+from ira.coordinator.verify import RunResult
 from ira.core.commit import EventDraft, RunCommit
 from ira.core.events import RunEventType
 from ira.core.states import ApprovalState, RunState, StepState, WaitKind
@@ -23,6 +24,7 @@ from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
 from tests.coordinator.harness import T0, build, decision, envelope
 from tests.coordinator.test_approvals import waiting_for_approval
+from tests.coordinator.test_complete_in_receipt import approve_through_an_intake
 from tests.store_fixtures import statements
 
 
@@ -184,3 +186,22 @@ async def test_the_approval_view_holds_what_the_separate_reads_hold(db: Database
         assert view.usable() is None  # asked, not approved yet
         stamps = [view.draft.created_at, *(a.expires_at for a in view.approvals)]
         assert all(stamp.utcoffset() == timedelta(0) for stamp in stamps)
+
+
+async def test_an_approved_run_reads_its_draft_only_in_the_approval_view_and_records_it(db: Database) -> None:
+    """From the approval to COMPLETED the current draft is read where an approval is judged
+    (``gate.approval_view``: on PostgreSQL inside its one statement) and, for the run's result,
+    with synthesize's report ref in one statement (``verify._REFS``), never on its own there."""
+    pump, deps, _, _, run_id, approval = await waiting_for_approval(db)
+    await pump.close()
+    with statements(db) as seen:
+        await approve_through_an_intake(db, deps, approval)
+    async with db.reader() as conn:
+        run = await runs.get_run(conn, "acme", run_id)
+        complete = await steps.get_step(conn, "acme", run_id, "complete")
+        draft = await records.current_draft(conn, "acme", run_id)
+        result = await facts.load_model(conn, "acme", complete.result_ref, model=RunResult)
+    assert run.state == RunState.COMPLETED and draft is not None and result is not None
+    assert result.draft_ref == draft.ref
+    alone = [s for s in seen if s.startswith("SELECT ticket_drafts.")]
+    assert len(alone) == (0 if db.engine.dialect.name == "postgresql" else 2)  # SQLite: the decision's, the permit's
