@@ -262,10 +262,10 @@ def _json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str | bytes) else value
 
 
-R = TypeVar("R", DraftRecord, Approval)
+_R = TypeVar("_R", DraftRecord, Approval)
 
 
-def _utc(record: R) -> R:
+def _utc(record: _R) -> _R:
     """JSON spells a timestamp in the session's time zone; the store hands out UTC (``UtcDateTime``)."""
     return record.model_copy(update={name: value.astimezone(UTC) for name, value in record
                                      if isinstance(value, datetime)})

@@ -274,7 +274,7 @@ async def dispatch_problem(conn: AsyncConnection, run: Run, op: Operation, *, ti
                            usable: Approval | None = None) -> str | None:
     """Why this Operation may not be sent now to the ``tickets`` system (None: it may): staging
     targets (the stored binding, checked again here), contract, approval binding. ``usable``:
-    :func:`gate.usable_approval` as read under the run's lock in this transaction; the Operation
+    :meth:`gate.ApprovalView.usable` as read under the run's lock in this transaction; the Operation
     relying on that very approval for its draft needs no second look at it."""
     if run.environment == STAGING:
         refused = staging_refusal(run.environment, run.bindings.get("targets"), "tickets")

@@ -65,7 +65,7 @@ from ira.runtime.store.plans import PLANNABLE, Plan, Plans, call_parameters
 _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 _PLANS = Plans(caller_lists=True)
 LATER = "ira.pg_fast.later"
-"""``conn.info`` key of a write transaction's queue of inserts sent with its next statement
+"""``conn.info`` key of a write transaction's queue of writes sent with its next statement
 (:func:`write_later`); ``Database.transaction`` sets it, and sends what is left before COMMIT."""
 
 
@@ -83,7 +83,7 @@ async def write_later(conn: AsyncConnection, statement: Any, parameters: Any) ->
 
 
 async def flush_later(conn: AsyncConnection) -> None:
-    """Send the inserts still waiting (before COMMIT: ``Database.transaction``)."""
+    """Send the writes still waiting (before COMMIT: ``Database.transaction``)."""
     if isinstance(conn, FastConnection):
         await conn.flush_later()
 
@@ -112,7 +112,7 @@ class FastConnection(AsyncConnection):
         return plan.result(rows, int(found.group(1)) if found else -1)
 
     def _waiting(self) -> list[Queued] | None:
-        """This transaction's queue of inserts (:func:`write_later`); None outside one that has it."""
+        """This transaction's queue of writes (:func:`write_later`); None outside one that has it."""
         sync = self.sync_connection
         if sync is None or sync.closed or sync.invalidated:
             return None
@@ -128,17 +128,18 @@ class FastConnection(AsyncConnection):
         plan, _, params = fast
         shape = values_insert(plan.sql)
         item: Queued
-        if shape is not None:
+        before: list[Queued]
+        if shape is not None:  # beside what waits, except after a waiting UPDATE of a table it names
             head, row, width, tail = shape
             item = Insert(head, row, width, [plan.row(p) for p in params] if isinstance(params, list) else
                           [plan.row(params)], tail)
-        elif not isinstance(params, list) and plain_update(plan.sql) and rides_along(plan.sql, waiting):
-            item = Update(plan.sql, tuple(plan.row(params)))  # it must see what waits before it: none of its tables
+            before = [w for w in waiting if isinstance(w, Update)]
+        elif not isinstance(params, list) and plain_update(plan.sql):  # it must see every write waiting before it
+            item, before = Update(plan.sql, tuple(plan.row(params))), waiting
         else:
             return False
-        updates = [w for w in waiting if isinstance(w, Update)]
-        if updates and not rides_along(plan.sql, updates):
-            return False  # a write after a waiting UPDATE of a table it names goes after it, not beside it
+        if before and not rides_along(plan.sql, before):
+            return False  # then it goes at once, after them (execute sends them first)
         if sum(w.parameters for w in waiting) + item.parameters > MAX_PARAMETERS:
             return False
         waiting.append(item)
@@ -156,7 +157,7 @@ class FastConnection(AsyncConnection):
 
     async def _with_waiting(self, waiting: list[Queued], plan: Plan, adapted: AsyncAdapt_asyncpg_connection,
                             params: Any) -> Any:
-        """``plan`` executed with the waiting inserts in front of it, in one statement."""
+        """``plan`` executed with the waiting writes in front of it, in one statement."""
         bound = plan.row(params)
         if sum(w.parameters for w in waiting) + len(bound) > MAX_PARAMETERS:
             await self.flush_later()

@@ -48,7 +48,8 @@ async def due_timers(conn: AsyncConnection, *, now: datetime, limit: int) -> lis
 
 async def mark_fired(conn: AsyncConnection, timer: Timer, *, now: datetime) -> bool:
     """Fire once: False if another scanner fired (or someone cancelled) it first."""
-    return await _set_fired(conn, timer.tenant_id, timer.timer_id, now=now)
+    result = await conn.execute(_FIRE, {"k_tenant": timer.tenant_id, "k_timer": timer.timer_id, "v_now": now})
+    return result.rowcount == 1
 
 
 async def cancel_timer(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> None:
@@ -56,9 +57,4 @@ async def cancel_timer(conn: AsyncConnection, tenant_id: str, timer_id: str, *, 
     Nobody reads whether it was armed: on PostgreSQL the UPDATE goes with the transaction's
     next statement (``write_later``)."""
     await write_later(conn, _FIRE, {"k_tenant": tenant_id, "k_timer": timer_id, "v_now": now})
-
-
-async def _set_fired(conn: AsyncConnection, tenant_id: str, timer_id: str, *, now: datetime) -> bool:
-    result = await conn.execute(_FIRE, {"k_tenant": tenant_id, "k_timer": timer_id, "v_now": now})
-    return result.rowcount == 1
 
