@@ -21,14 +21,12 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import on_known_run
 from ira.coordinator.notify import APPROVAL_REQUESTED
 from ira.core.clock import SystemClock
 from ira.core.commit import NewRun, NewStep, OutboxMessage
 from ira.core.delivery import DELIVERY_REQUESTED
 from ira.core.envelope import Envelope
 from ira.core.ids import new_id
-from ira.core.run import Run
 from ira.core.states import StepState
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.dispatch import StepContext, StepDispatcher
@@ -53,14 +51,10 @@ class Chains:
     ended: dict[str, asyncio.Future[float]] = field(default_factory=dict)
 
     async def step(self, ctx: StepContext) -> None:
-        """Decides on the run as its claim read it (nothing else writes a chain's run), as the
-        coordinator's one-transaction steps do (``on_known_run``): read under lock only if the
-        compare-and-set finds it moved."""
-        async def attempt(known: Run | None) -> None:
-            async with self.db.transaction() as conn:
-                await incident_runs.finish(conn, ctx, at=self.clock.now(), known=known)
-
-        await on_known_run(ctx.run, attempt)
+        """Decides on nothing of the run: its fenced commit applies on the run as the fence takes
+        its row (``incident_runs.finish``), as ira's investigators commit their results."""
+        async with self.db.transaction() as conn:
+            await incident_runs.finish(conn, ctx, at=self.clock.now())
         if ctx.step.binding.get("last"):
             self.ended[ctx.claim.run_id].set_result(time.perf_counter())
 

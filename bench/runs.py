@@ -34,7 +34,6 @@ from ira.coordinator import gate, records
 from ira.coordinator.approval import Choice
 from ira.coordinator.config import WorkflowConfig
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import lock_run
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.worker import CoordinatorWorker
 from ira.core.alert import AlertEvent, AlertStatus, DecisionKind, Severity, SourceKind
@@ -45,7 +44,6 @@ from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import BrokerUnavailableError
 from ira.core.ids import new_event_id, new_id
 from ira.core.investigation import BranchKind, BranchResult, Evidence, StopReason
-from ira.core.run import Run
 from ira.core.states import StepState
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -103,14 +101,13 @@ def decisions(count: int, tenant: str = "bench") -> list[Envelope]:
     return out
 
 
-async def finish(conn: AsyncConnection, ctx: StepContext, *, at: datetime, ref: str | None = None,
-                 known: Run | None = None) -> None:
-    """The step DONE with a fenced commit, on the run as ``known`` (``on_known_run``) or as
-    read under lock."""
+async def finish(conn: AsyncConnection, ctx: StepContext, *, at: datetime, ref: str | None = None) -> None:
+    """The step DONE with a fenced commit on the run as its fence takes the run's row: the step
+    decides on nothing of the run (``RunCommit.expected_version`` None), so it neither reads the
+    run first nor loses to a writer that moved it meanwhile."""
     c = ctx.claim
-    run = known or await lock_run(conn, c.tenant_id, c.run_id)
     await run_store.commit(conn, RunCommit(
-        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
+        tenant_id=c.tenant_id, run_id=c.run_id, expected_version=None,
         fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
         steps=(StepChange(step_id=c.step_id, state=StepState.DONE, result_ref=ref),)), at=at)
 

@@ -21,7 +21,6 @@ from ira.agents.policies import Policy
 from ira.core.budget import BudgetDimension
 from ira.core.clock import Clock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.investigation import BranchBinding, BranchKind, BranchResult, StopReason
 from ira.core.states import StepState
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 
 RESULT_MEDIA_TYPE = "application/vnd.ira.branch-result+json"
 FINISHED_EVENT = RunEventType.BRANCH_FINISHED
-COMMIT_TRIES = 5
 
 
 class InvalidBindingError(Exception):
@@ -79,17 +77,12 @@ class BranchHandler:
         return BranchTask(kind=self.kind, binding=binding, run_id=ctx.claim.run_id, step_id=ctx.claim.step_id)
 
     async def _finish(self, ctx: StepContext, result: BranchResult, usage: dict[str, int]) -> None:
-        for _ in range(COMMIT_TRIES):
-            try:
-                await self._commit(ctx, result, usage)
-                return
-            except StaleEpochError:
-                raise
-            except ConcurrentUpdateError:  # the coordinator moved the run meanwhile: re-read, again
-                continue
-        raise ConcurrentUpdateError(f"could not commit the result of {ctx.claim.step_id}")
+        """The branch's result, its step finished, its slice closed: one transaction.
 
-    async def _commit(self, ctx: StepContext, result: BranchResult, usage: dict[str, int]) -> None:
+        The result depends on nothing of the run, so the commit has no expected version: it
+        applies on the run as its fence takes the run's row, after any writer holding it (the
+        coordinator, a sibling branch finishing at the same moment), instead of reading the run
+        first and losing the compare-and-set to whoever moved it meanwhile."""
         c, now = ctx.claim, self.clock.now()
         async with self.db.transaction() as conn:
             totals = {b.dimension: b.settled + b.reserved
@@ -98,10 +91,9 @@ class BranchHandler:
             ref = await artifacts.put_artifact(conn, c.tenant_id, result.model_dump_json().encode(),
                                                media_type=RESULT_MEDIA_TYPE, max_bytes=self.artifact_max_bytes, at=now,
                                                read_back=False)
-            run = await runs.get_run(conn, c.tenant_id, c.run_id)
             failed = result.stop_reason is StopReason.ERROR
             await runs.commit(conn, RunCommit(
-                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
+                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=None,
                 fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
                 steps=(StepChange(step_id=c.step_id, state=StepState.FAILED if failed else StepState.DONE,
                                   result_ref=ref.ref),),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ira.core.envelope import Envelope
 from ira.core.events import RunEventType
@@ -74,8 +74,13 @@ class RunCommit(Model):
 
     tenant_id: str
     run_id: str
-    expected_version: int
-    """The ``state_version`` the writer read; another value means someone else moved first."""
+    expected_version: int | None
+    """The ``state_version`` the writer read; another value means someone else moved first.
+
+    None: the commit was decided on nothing of the run but its own fenced step (a branch's
+    result, a chain's no-op), so it applies on whatever version the run has when its fence
+    takes the run's row, after any writer holding it: no read of the run before, and no
+    refusal for a version that moved meanwhile. Needs a fence and a change of that step."""
     state: RunState | None = None
     """The run's new state, or None to keep it (the version still advances)."""
     wait_kind: WaitKind | None = None
@@ -86,6 +91,13 @@ class RunCommit(Model):
     outbox: tuple[OutboxMessage, ...] = ()
     new_steps: tuple[NewStep, ...] = ()
     """Steps added to the plan of a running run (a person's retry of failed branches)."""
+
+    @model_validator(mode="after")
+    def _unversioned_needs_its_fenced_step(self) -> RunCommit:
+        if self.expected_version is None and (
+                self.fence is None or all(s.step_id != self.fence.step_id for s in self.steps)):
+            raise ValueError("a commit without an expected version needs a fence and a change of the fenced step")
+        return self
 
 
 class NewRun(Model):

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ira.core.commit import EventDraft, Fence, OutboxMessage, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, NewRun, NewStep, OutboxMessage, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, StaleEpochError
 from ira.core.events import RunEventType
+from ira.core.ids import new_id
 from ira.core.run import Claim
 from ira.core.states import RunState, StepState
 from ira.runtime.store import runs, steps
@@ -229,3 +230,98 @@ async def test_a_fenced_commit_takes_the_runs_row_before_its_steps_row(db: Datab
     async with db.reader() as conn:
         step = await steps.get_step(conn, "acme", run.run_id, "metrics")
     assert step.state == StepState.DONE
+
+
+def _unversioned(run_id: str, step_id: str, claim: Claim) -> RunCommit:
+    """A branch's result: it decides on nothing of the run, so it names no expected version."""
+    return RunCommit(tenant_id="acme", run_id=run_id, expected_version=None,
+                     fence=Fence(step_id=step_id, owner_epoch=claim.owner_epoch),
+                     steps=(StepChange(step_id=step_id, state=StepState.DONE),),
+                     events=(EventDraft(type=RunEventType.BRANCH_FINISHED, data={"step_id": step_id}),))
+
+
+def test_a_commit_without_an_expected_version_needs_a_change_of_its_fenced_step() -> None:
+    fence = Fence(step_id="metrics", owner_epoch=1)
+    other_step = (StepChange(step_id="join", state=StepState.READY),)
+    for missing in ({}, {"fence": fence}, {"fence": fence, "steps": other_step}):
+        with pytest.raises(ValueError, match="needs a fence"):
+            RunCommit(tenant_id="acme", run_id="r", expected_version=None, **missing)  # type: ignore[arg-type]
+
+
+async def test_a_commit_without_an_expected_version_applies_on_the_run_as_its_fence_finds_it(db: Database) -> None:
+    # Given a claimed step, and a writer that moved the run after the claim read it (version 1 -> 2)
+    run = await create(db)
+    claim = await _claim(db, run.run_id, "w", T0)
+    assert claim is not None
+    async with db.transaction() as conn:
+        await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
+                                          state=RunState.RUNNING), at=T0)
+    with pytest.raises(ConcurrentUpdateError):  # naming the version the claim read, it is refused
+        async with db.transaction() as conn:
+            await runs.commit(conn, finishing(run.run_id, claim, version=1), at=T0)
+    # When the step commits its result without an expected version
+    async with db.transaction() as conn:
+        after = await runs.commit(conn, _unversioned(run.run_id, "metrics", claim), at=T0)
+    # Then it applies on version 2, the join it readies is READY in the same commit, and the run's
+    # events stay gapless
+    async with db.reader() as conn:
+        done = await steps.get_step(conn, "acme", run.run_id, "metrics")
+        join = await steps.get_step(conn, "acme", run.run_id, "join")
+    assert (after.state_version, done.state, join.state) == (3, StepState.DONE, StepState.READY)
+    assert await event_seqs(db, run.run_id) == list(range(1, after.last_seq + 1))
+
+
+async def test_a_commit_without_an_expected_version_is_still_fenced(db: Database) -> None:
+    run = await create(db)
+    old = await _claim(db, run.run_id, "old", T0)
+    new = await _claim(db, run.run_id, "new", T0 + LEASE + timedelta(seconds=1))  # the lease ran out: taken over
+    assert old is not None and new is not None
+    with pytest.raises(StaleEpochError):
+        async with db.transaction() as conn:
+            await runs.commit(conn, _unversioned(run.run_id, "metrics", old), at=T0)
+    async with db.reader() as conn:
+        assert (await runs.get_run(conn, "acme", run.run_id)).state_version == run.state_version
+
+
+async def test_the_last_two_branches_of_a_join_finishing_at_once_ready_it(db: Database) -> None:
+    """PostgreSQL: two commits without an expected version finish the last two branches a join
+    waits on, the second waiting for the first's row lock. The second's statement read the plan in
+    a snapshot taken before its wait (the first branch still RUNNING there) and applies on the
+    version the lock found: it must not ready the join from that plan, and not leave it BLOCKED
+    either (nobody else would ready it)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's one writer orders every transaction")
+    run_id = new_id("run")
+    await create(db, NewRun(
+        tenant_id="acme", run_id=run_id, task_id=new_id("task"), task_kind="diagnose", subject_ref="incident:i1",
+        workflow="incident-diagnosis@1",
+        steps=(NewStep(step_id="logs", kind="logs", state=StepState.READY),
+               NewStep(step_id="metrics", kind="metrics", state=StepState.READY),
+               NewStep(step_id="join", kind="join", state=StepState.BLOCKED, depends_on=("logs", "metrics")))))
+    async with db.transaction() as conn:
+        claims = [await steps.claim_step(conn, "acme", run_id, s, owner="w", lease=LEASE, now=T0)
+                  for s in ("logs", "metrics")]
+    logs, metrics = claims
+    assert logs is not None and metrics is not None
+    async with db.transaction() as first:  # the first branch's commit, not committed yet: it holds the run
+        await runs.commit(first, _unversioned(run_id, "logs", logs), at=T0)
+        holder_pid = (await first.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+
+        async def second_branch() -> None:
+            async with db.transaction() as conn:
+                await runs.commit(conn, _unversioned(run_id, "metrics", metrics), at=T0)
+
+        second = asyncio.create_task(second_branch())
+        async with db.reader() as watcher:
+            for _ in range(500):  # until the second commit's statement waits on the first (bounded: 10 s)
+                if (await watcher.execute(_BLOCKED_BY, {"holder": holder_pid})).scalar_one():
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the second commit never waited for the run's row")
+    await asyncio.wait_for(second, timeout=10)
+    async with db.reader() as conn:
+        states = {s: (await steps.get_step(conn, "acme", run_id, s)).state for s in ("logs", "metrics", "join")}
+        run = await runs.get_run(conn, "acme", run_id)
+    assert states == {"logs": StepState.DONE, "metrics": StepState.DONE, "join": StepState.READY}
+    assert await event_seqs(db, run_id) == list(range(1, run.last_seq + 1))

@@ -101,11 +101,15 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
     The happy path is one conditional UPDATE (version, legal source state, next run_seq)
     plus the inserts; only a refused UPDATE pays for a read, to say why it was refused:
     IllegalTransitionError, ConcurrentUpdateError, or StaleEpochError from the fence.
-    The caller's transaction rolls back on any of them.
+    The caller's transaction rolls back on any of them. A change without an expected version
+    applies on the version the run has when its fence takes the run's row (``RunCommit``).
     """
-    with runtrace.tracer().start_as_current_span("cas commit", kind=SpanKind.CLIENT, attributes={
-            "db.system.name": conn.dialect.name, "db.operation.name": "cas_commit", "ira.run_id": change.run_id,
-            "ira.expected_version": change.expected_version, "ira.events": len(change.events)}):
+    attributes: dict[str, str | int] = {
+        "db.system.name": conn.dialect.name, "db.operation.name": "cas_commit", "ira.run_id": change.run_id,
+        "ira.events": len(change.events)}
+    if change.expected_version is not None:
+        attributes["ira.expected_version"] = change.expected_version
+    with runtrace.tracer().start_as_current_span("cas commit", kind=SpanKind.CLIENT, attributes=attributes):
         return await _commit(conn, change, at=at)
 
 
