@@ -212,12 +212,14 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     outbox rows (``outbox.outbox_rows``) are inserted by it; ``claim``, the promoted step it
     names is claimed by it (``claimed_inserts.claims_at_promotion``)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
-                                 "k_version": change.expected_version, "n_events": len(change.events), "now": at}
+                                 "n_events": len(change.events), "now": at}
+    if change.expected_version is not None:
+        params["k_version"] = change.expected_version
     if change.state is not None:
         params.update(new_state=change.state, new_wait_kind=change.wait_kind)
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
-    statement = _bump_statement(change.state, change.outcome is not None)
+    statement = _bump_statement(change.state, change.outcome is not None, change.expected_version is not None)
     if with_events or promoted or rows:
         if with_events:
             params.update(event_params(change.events, SHAPES))
@@ -234,13 +236,15 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
 
 
 @cache
-def _bump_statement(target: RunState | None, with_outcome: bool) -> Update:
+def _bump_statement(target: RunState | None, with_outcome: bool, versioned: bool = True) -> Update:
     """The compare-and-set UPDATE, built once per shape of change and target state (its legal
-    sources are the statement's own ``IN`` list: see ``step_changes._step_change_statement``)."""
+    sources are the statement's own ``IN`` list: see ``step_changes._step_change_statement``).
+    Not ``versioned``: a change without an expected version, which the fence's hold on the run
+    orders (PostgreSQL: its row lock; SQLite: the write lock), applies on the version it finds."""
     values: dict[str, object] = {"state_version": runs.c.state_version + 1,
                                  "last_seq": runs.c.last_seq + bindparam("n_events", type_=Integer),
                                  "updated_at": bindparam("now")}
-    where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")]
+    where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")] if versioned else [_RUN_KEY]
     if target is not None:
         values.update(state=bindparam("new_state"), wait_kind=bindparam("new_wait_kind"))
         where.append(runs.c.state.in_(_sources_of(target)))
@@ -251,10 +255,10 @@ def _bump_statement(target: RunState | None, with_outcome: bool) -> Update:
 
 async def _explain_refusal(conn: AsyncConnection, change: RunCommit) -> NoReturn:
     current = await get_run(conn, change.tenant_id, change.run_id)
-    if current.state_version != change.expected_version:
+    if change.expected_version is not None and current.state_version != change.expected_version:
         raise ConcurrentUpdateError(f"run {change.run_id} is at version {current.state_version}, "
                                     f"writer expected {change.expected_version}")
-    assert change.state is not None  # the version matched, so the state condition refused it
+    assert change.state is not None  # the version matched (or none was expected): the state condition refused it
     check_run_transition(current.state, change.state)
     raise ConcurrentUpdateError(f"run {change.run_id} refused the change")
 

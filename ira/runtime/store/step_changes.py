@@ -69,12 +69,6 @@ other commit changes whether it is ready; reading the whole plan made a run's st
 all of its steps (a chain of N, N^2/2 rows decoded)."""
 
 
-_RUN_VERSION = select(runs.c.state_version).where(runs.c.tenant_id == bindparam("k_tenant"),
-                                                  runs.c.run_id == bindparam("k_run"))
-"""SQLite: a commit without an expected version reads the run's version after its fence (the
-transaction holds the database's write lock, so nothing moves it before the commit)."""
-
-
 @cache
 def sources_of(target: StepState) -> list[StepState]:
     """States a step may be in for ``target`` to be legal (a change's conditional UPDATE)."""
@@ -104,7 +98,7 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
 _RUN_LOCKED = select(runs.c.run_id, runs.c.state_version).where(
     runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).with_for_update().cte("run_locked")
 """PostgreSQL: the run's row, locked (a CTE of the fenced step's UPDATE, which waits on it), and
-its version as the lock found it (what a commit without an expected version applies on)."""
+its version as the lock found it."""
 _LOCKED_VERSION = select(_RUN_LOCKED.c.state_version).scalar_subquery().label("locked_version")
 _SNAPSHOT_VERSION = select(runs.c.state_version).where(
     runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).scalar_subquery().label(
@@ -127,8 +121,9 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
     after ``deadlock_timeout``). Where the transaction holds the lock already, taking it again
     costs the server a lookup.
 
-    Each row also holds the run's version as the lock found it (``locked_version``) and, with
-    ``plan``, as the statement's snapshot holds it (``snapshot_version``; see ``apply_fenced``).
+    With ``plan``, each row also holds the run's version as the lock found it
+    (``locked_version``) and as the statement's snapshot holds it (``snapshot_version``; see
+    ``apply_fenced``).
 
     ``ending``: the end of its attempt, written only if the step's UPDATE took its row. ``plan``:
     the statement reads the run's plan for ``with_promotions`` (as it was before the statement:
@@ -147,7 +142,7 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
         return _PLAN_AND_ENVIRONMENT.where(_THAT_FINISHING_CAN_READY) \
             .add_columns(exists(select(changed.c.step_id)).label("took"), _LOCKED_VERSION, _SNAPSHOT_VERSION) \
             .add_cte(*writes)
-    return select(changed.c.step_id, _LOCKED_VERSION).add_cte(*writes[1:])
+    return select(changed.c.step_id).add_cte(*writes[1:])
 
 
 Plan = Sequence[Row[Any]]
@@ -159,17 +154,16 @@ async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
     """Check ``change``'s fence and apply the fenced step's own changes; return the rest,
     whether the attempt the commit finishes ended here (PostgreSQL: in the step's UPDATE), and
     the run's plan if that UPDATE read it for ``with_promotions`` (PostgreSQL, when the commit
-    finishes a step: one statement fewer). The rest of a commit without an expected version
-    expects the version the run had when the fence took its row (PostgreSQL: read by that
-    UPDATE; SQLite: read after it, under the database's write lock).
+    finishes a step: one statement fewer).
 
     PostgreSQL reads that plan in the statement's snapshot, taken before the statement waited
     for the run's row: a commit with an expected version finds a writer that committed in the
-    meantime by its compare-and-set (refused, the version moved), but one without applies on
-    the version the lock found. So where the lock found a newer version than the snapshot, no
-    plan is returned, and ``with_promotions`` reads it in a statement of its own, whose
-    snapshot follows the lock (the last two branches of a join finishing at once would each
-    see the other still running, and neither would ready the join).
+    meantime by its compare-and-set (refused, the version moved), but one without (applied on
+    whatever version it finds, ``RunCommit``) would not. So for such a commit, where the lock
+    found a newer version than the snapshot, no plan is returned, and ``with_promotions`` reads
+    it in a statement of its own, whose snapshot follows the lock (the last two branches of a
+    join finishing at once would each see the other still running, and neither would ready the
+    join).
 
     Called before the run's compare-and-set, where the fence was always checked.
     """
@@ -183,19 +177,16 @@ async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
     ending = _foldable_attempt(conn, change, len(mine))
     read_plan = conn.dialect.name == "postgresql" and _finishes(change.steps)
     finishing = [c.step_id for c in change.steps if c.state in FINISHED_STEP_STATES] if read_plan else None
-    plan, locked_version = await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence,
-                                            ending=ending, read_plan=finishing)
+    plan = await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending,
+                            read_plan=finishing)
     for step_change in mine[1:]:
         await _apply_one(conn, change.tenant_id, change.run_id, step_change, at=at)
     if ending is not None:
         ending.end_with(conn)
-    update: dict[str, object] = {"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)}
-    if change.expected_version is None and plan and plan[0].snapshot_version != locked_version:
+    if change.expected_version is None and plan and plan[0].snapshot_version != plan[0].locked_version:
         plan = None  # older than the run the commit applies on (docstring)
-    if change.expected_version is None:
-        update["expected_version"] = locked_version if locked_version is not None else \
-            (await conn.execute(_RUN_VERSION, {"k_tenant": change.tenant_id, "k_run": change.run_id})).scalar_one()
-    return change.model_copy(update=update), ending is not None, plan
+    rest = change.model_copy(update={"steps": tuple(s for s in change.steps if s.step_id != fence.step_id)})
+    return rest, ending is not None, plan
 
 
 def _finishes(changes: Sequence[StepChange]) -> bool:
@@ -254,12 +245,11 @@ async def refuse_unapplied(conn: AsyncConnection, tenant_id: str, run_id: str, c
 
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime,
                      fence: Fence | None = None, ending: RunningAttempt | None = None,
-                     read_plan: Sequence[str] | None = None) -> tuple[Plan | None, int | None]:
+                     read_plan: Sequence[str] | None = None) -> Plan | None:
     """One conditional UPDATE (fenced, PostgreSQL: with ``ending``, the attempt's end; with
     ``read_plan``, the ids of the commit's finishing steps, the part of the run's plan they can
     ready, returned; both in the same statement); only a refusal reads the step, to raise the
-    precise error. Returns that plan and, where the statement locked the run (PostgreSQL,
-    fenced), the run's version as the lock found it."""
+    precise error."""
     params: dict[str, object] = {**step_key_params(tenant_id, run_id, change.step_id), "new_state": change.state,
                                  "now": at}
     if change.result_ref is not None:
@@ -270,7 +260,6 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         params["k_epoch"] = fence.owner_epoch
     shape = (change.result_ref is not None, change.release_claim, change.depends_on is not None)
     plan: Plan | None = None
-    locked_version: int | None = None
     if ending is None and read_plan is None and (fence is None or conn.dialect.name != "postgresql"):
         done = (await conn.execute(_step_change_statement(*shape, fence is not None, change.state), params)
                 ).rowcount == 1
@@ -283,10 +272,9 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         rows = (await conn.execute(_fenced_change(*shape, change.state, ending is not None, reading), params)).all()
         done = bool(rows) and (rows[0].took if reading else True)
         plan = rows if reading else None
-        locked_version = rows[0].locked_version if done else None
     if not done:
         await _explain_refusal(conn, tenant_id, run_id, change, fence)
-    return plan, locked_version
+    return plan
 
 
 async def _explain_refusal(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange,
