@@ -5,6 +5,7 @@ Both are built through the Alembic migrations, so a schema change without a migr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import uuid
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from ira.runtime.store.database import Database
 from ira.runtime.store.migrate import upgrade
@@ -112,3 +113,16 @@ def statements(db: Database) -> Iterator[list[str]]:
         yield seen
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+
+
+_BLOCKED_BY = text("SELECT count(*) FROM pg_stat_activity WHERE CAST(:holder AS integer) = ANY(pg_blocking_pids(pid))")
+
+
+async def until_blocked_by(db: Database, holder_pid: int, waiter: str) -> None:
+    """PostgreSQL: until a statement waits on a lock the backend ``holder_pid`` holds (bounded: 10 s)."""
+    async with db.reader() as watcher:
+        for _ in range(500):
+            if (await watcher.execute(_BLOCKED_BY, {"holder": holder_pid})).scalar_one():
+                return
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"{waiter} never waited for the lock")

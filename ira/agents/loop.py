@@ -211,11 +211,10 @@ class BranchLoop:
         """One transaction: fence, artifacts, the turn row, settled holds, events; the stored turn back."""
         now = self.clock.now()
         async with self.db.transaction() as conn:
-            await steps.check_fence(conn, claim.tenant_id, claim.run_id,
-                                    Fence(step_id=claim.step_id, owner_epoch=claim.owner_epoch))
-            run = await runs.get_run(conn, claim.tenant_id, claim.run_id)
-            if run.state in TERMINAL_RUN_STATES:
-                raise BranchCancelledError(f"run {run.run_id} is {run.state.value}")
+            run_state = await steps.lock_fenced_run(conn, claim.tenant_id, claim.run_id,
+                                                    Fence(step_id=claim.step_id, owner_epoch=claim.owner_epoch))
+            if run_state in TERMINAL_RUN_STATES:
+                raise BranchCancelledError(f"run {claim.run_id} is {run_state.value}")
             ref, turn = await self._store(conn, claim, turn)
             await insert_turn(conn, claim, turn, observation_ref=ref, at=now)
             await ledger.settle(conn, holds, at=now)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import select, text
 
 from ira.agents.loop import DENIED_EVENT, BranchLoop, LoopLimits
 from ira.agents.model import BranchTask, Conclusion, Decision, Finish, ModelCall, ToolProposal, Turn
@@ -27,8 +29,11 @@ from ira.runtime.settings.agents import LogsBranchSettings
 from ira.runtime.store import budget, runs
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import artifacts
+from ira.runtime.store.schema import runs as runs_table
+from ira.runtime.store.schema import steps as steps_table
 from tests.agents import fixtures as fx
 from tests.agents.scenario import SLICE, TENANT, binding, claim, create_branch_run
+from tests.store_fixtures import until_blocked_by
 
 
 @dataclass
@@ -271,3 +276,27 @@ async def test_runbooks_branch_flags_the_v2_runbook(db: Database, tmp_path: Path
     assert found["order-service-db-pool-v3"].data["applies"] is True
     assert found["order-service-latency-v2"].data["flagged"] is True and "FLAGGED" in found[
         "order-service-latency-v2"].summary
+
+
+async def test_a_turns_commit_takes_the_runs_row_before_its_steps_row(db: Database, tmp_path: Path) -> None:
+    """PostgreSQL: a turn's commit waiting for a writer that holds the run (``lock_run``, a
+    cancel) does not hold its step's row meanwhile, which that writer takes next. Locking the
+    step first (its fence) and the run only to append the turn's events deadlocked with a cancel
+    (found by PostgreSQL only after ``deadlock_timeout``, one of them failed)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's one writer orders every transaction")
+    source = JsonlLogSource(str(fx.write_logs(tmp_path / "app.jsonl")))
+    run_id, task = await start_logs(db)
+    branch = await claim(db, run_id, BranchKind.LOGS, at=fx.NOW)
+    async with db.transaction() as holder:  # a writer that holds the run, as lock_run does
+        await holder.execute(select(runs_table).where(runs_table.c.run_id == run_id).with_for_update())
+        holder_pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        running = asyncio.create_task(loop(db, rules(), source).run(task, branch))
+        await until_blocked_by(db, holder_pid, "the turn's commit")
+        async with db.transaction() as other:  # the step's row is free while the turn waits
+            locked = (await other.execute(select(steps_table.c.step_id).where(
+                steps_table.c.run_id == run_id, steps_table.c.step_id == "logs").with_for_update(nowait=True)
+            )).scalar_one()
+        assert locked == "logs" and not running.done()
+    outcome = await asyncio.wait_for(running, timeout=30)
+    assert outcome.stop_reason == StopReason.DONE

@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.commit import EventDraft, Fence, NewRun, NewStep, OutboxMessage, RunCommit, StepChange
-from ira.core.errors import ConcurrentUpdateError, StaleEpochError
+from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.run import Claim
@@ -24,7 +24,7 @@ from ira.runtime.store.schema import attempts
 from ira.runtime.store.schema import runs as runs_table
 from ira.runtime.store.schema import steps as steps_table
 from tests.contracts.test_store import LEASE, T0, _claim, create, event_seqs
-from tests.store_fixtures import statements
+from tests.store_fixtures import statements, until_blocked_by
 
 
 def finishing(run_id: str, claim: Claim, *, version: int = 1, step_state: StepState | None = StepState.DONE
@@ -191,9 +191,6 @@ async def test_a_refused_fenced_commit_ends_no_attempt(db: Database) -> None:
     assert await event_seqs(db, run.run_id) == [1]
 
 
-_BLOCKED_BY = text("SELECT count(*) FROM pg_stat_activity WHERE CAST(:holder AS integer) = ANY(pg_blocking_pids(pid))")
-
-
 async def test_a_fenced_commit_takes_the_runs_row_before_its_steps_row(db: Database) -> None:
     """PostgreSQL: a commit that decided on the run without locking it (``on_known_run``) waits
     for a writer holding the run (``lock_run``, a cancel) before it takes its step's row, the
@@ -214,13 +211,7 @@ async def test_a_fenced_commit_takes_the_runs_row_before_its_steps_row(db: Datab
                 await runs.commit(conn, finishing(run.run_id, claim), at=T0)
 
         committing = asyncio.create_task(commit())
-        async with db.reader() as watcher:
-            for _ in range(500):  # until the commit waits on the holder (bounded: 10 s)
-                if (await watcher.execute(_BLOCKED_BY, {"holder": holder_pid})).scalar_one():
-                    break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the commit never waited for the run's row")
+        await until_blocked_by(db, holder_pid, "the commit")
         async with db.transaction() as other:  # the step's row is free while the commit waits
             locked = (await other.execute(select(steps_table.c.step_id).where(
                 steps_table.c.run_id == run.run_id, steps_table.c.step_id == "metrics").with_for_update(nowait=True)
@@ -312,16 +303,33 @@ async def test_the_last_two_branches_of_a_join_finishing_at_once_ready_it(db: Da
                 await runs.commit(conn, _unversioned(run_id, "metrics", metrics), at=T0)
 
         second = asyncio.create_task(second_branch())
-        async with db.reader() as watcher:
-            for _ in range(500):  # until the second commit's statement waits on the first (bounded: 10 s)
-                if (await watcher.execute(_BLOCKED_BY, {"holder": holder_pid})).scalar_one():
-                    break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the second commit never waited for the run's row")
+        await until_blocked_by(db, holder_pid, "the second commit's statement")
     await asyncio.wait_for(second, timeout=10)
     async with db.reader() as conn:
         states = {s: (await steps.get_step(conn, "acme", run_id, s)).state for s in ("logs", "metrics", "join")}
         run = await runs.get_run(conn, "acme", run_id)
     assert states == {"logs": StepState.DONE, "metrics": StepState.DONE, "join": StepState.READY}
     assert await event_seqs(db, run_id) == list(range(1, run.last_seq + 1))
+
+
+async def test_lock_fenced_run_returns_the_runs_state_and_checks_the_fence(db: Database) -> None:
+    run = await create(db)
+    old = await _claim(db, run.run_id, "old", T0)
+    assert old is not None
+    fence = Fence(step_id="metrics", owner_epoch=old.owner_epoch)
+    async with db.transaction() as conn:
+        assert await steps.lock_fenced_run(conn, "acme", run.run_id, fence) == RunState.PENDING
+        await runs.commit(conn, RunCommit(tenant_id="acme", run_id=run.run_id, expected_version=1,
+                                          state=RunState.CANCELLED), at=T0)
+    async with db.transaction() as conn:  # the state as the run's row holds it now
+        assert await steps.lock_fenced_run(conn, "acme", run.run_id, fence) == RunState.CANCELLED
+    new = await _claim(db, run.run_id, "new", T0 + LEASE + timedelta(seconds=1))
+    assert new is None  # a cancelled run hands out no work: revoke the claim to move the epoch instead
+    async with db.transaction() as conn:
+        await steps.revoke_claim(conn, "acme", run.run_id, "metrics", now=T0)
+    with pytest.raises(StaleEpochError):
+        async with db.transaction() as conn:
+            await steps.lock_fenced_run(conn, "acme", run.run_id, fence)
+    with pytest.raises(NotFoundError):
+        async with db.transaction() as conn:
+            await steps.lock_fenced_run(conn, "acme", run.run_id, Fence(step_id="nope", owner_epoch=1))

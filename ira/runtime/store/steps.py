@@ -129,6 +129,14 @@ _HEARTBEAT = update(steps).where(_HELD).values(lease_until=bindparam("new_lease_
 _RELEASE = update(steps).where(_HELD).values(state=StepState.READY, owner=None, lease_until=None,
                                              updated_at=bindparam("now"))
 _LOCK_EPOCH = select(steps.c.owner_epoch).where(STEP_KEY).with_for_update()
+_RUN_ROW_LOCKED = select(runs.c.state).where(
+    runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).with_for_update().cte("run_locked")
+_LOCK_RUN_THEN_EPOCH = select(
+    steps.c.owner_epoch, select(_RUN_ROW_LOCKED.c.state).scalar_subquery().label("run_state"),
+).where(STEP_KEY, exists(select(_RUN_ROW_LOCKED.c.state))).with_for_update(of=steps)
+"""``lock_fenced_run``'s one statement: the run's row locked first (a CTE its WHERE reads, a
+one-time filter), then the step's; both as their latest committed versions (a locked row is
+read again after a wait)."""
 _SELECT_ENVIRONMENT = select(runs.c.environment).where(runs.c.tenant_id == bindparam("k_tenant"),
                                                        runs.c.run_id == bindparam("k_run"))
 
@@ -291,6 +299,25 @@ def attempt_ended_by(change: RunCommit) -> RunningAttempt | None:
     if not states or states[-1] == StepState.RUNNING:
         return None
     return attempt
+
+
+async def lock_fenced_run(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> RunState:
+    """Lock the run's row, then the fenced step's; verify the epoch; return the run's state.
+
+    For a transaction that writes to the run without a compare-and-set but must hold its step
+    (an investigator's turn: its events, its budget): the run's row before the step's, the order
+    of every writer that reads the run under lock (``lock_run``, a cancel) and of a fenced
+    commit. Locking the step first (``check_fence``) and the run only when the events are
+    appended waited for the run while holding the step, which a cancel holding the run waits
+    for next: a deadlock, found by PostgreSQL only after ``deadlock_timeout``. One statement
+    (SQLite: a read, the transaction holds the database's write lock)."""
+    row = (await conn.execute(_LOCK_RUN_THEN_EPOCH, step_key_params(tenant_id, run_id, fence.step_id))).first()
+    if row is None:
+        raise NotFoundError(f"step {run_id}/{fence.step_id} or its run not found")
+    if row.owner_epoch != fence.owner_epoch:
+        raise StaleEpochError(f"step {run_id}/{fence.step_id} is at epoch {row.owner_epoch}, "
+                              f"writer has {fence.owner_epoch}")
+    return RunState(row.run_state)
 
 
 async def check_fence(conn: AsyncConnection, tenant_id: str, run_id: str, fence: Fence) -> None:
