@@ -196,11 +196,14 @@ class StepDispatcher:
         return int(count or 0)
 
     async def _fail(self, ctx: StepContext, *, error: str) -> None:
+        """The step FAILED, its attempts used up. Decided on nothing of the run, so committed
+        without an expected version (``RunCommit``): read first, a run another writer moved
+        before the commit took its row refused it, and the step stayed RUNNING until its lease
+        ran out, to be failed again by the next claim."""
         c = ctx.claim
         async with self.db.transaction() as conn:
-            run = await runs.get_run(conn, c.tenant_id, c.run_id)
             await runs.commit(conn, RunCommit(
-                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version,
+                tenant_id=c.tenant_id, run_id=c.run_id, expected_version=None,
                 fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
                 steps=(StepChange(step_id=c.step_id, state=StepState.FAILED),),
                 events=(EventDraft(type=RunEventType.STEP_FAILED, data={"step_id": c.step_id, "error": error}),),

@@ -7,7 +7,7 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from ira.core.clock import FrozenClock
 from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
@@ -17,8 +17,10 @@ from ira.runtime.dispatch import StepContext, StepDispatcher
 from ira.runtime.store import runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
+from ira.runtime.store.schema import runs as runs_table
 from ira.runtime.wakeup import step_wakeup
 from tests.contracts.test_store import T0, new_run
+from tests.store_fixtures import until_blocked_by
 
 
 async def setup_run(db: Database) -> str:
@@ -88,6 +90,31 @@ async def test_a_failing_handler_is_retried_then_the_step_fails(db: Database) ->
     async with db.reader() as conn:
         failed = [e for e in await runs.list_events(conn, "acme", run_id) if e.type == "STEP_FAILED"]
     assert failed and "prometheus exploded" in failed[0].data["error"]
+
+
+async def test_a_step_fails_even_when_the_run_moves_as_it_fails(db: Database) -> None:
+    """PostgreSQL: a writer holding the run (it moves it: a new version) while the step's last
+    attempt fails. The failure decides on nothing of the run, so it waits for that writer and
+    applies; read first, it was refused by the version that moved (the step stayed RUNNING)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's one writer orders every transaction")
+    run_id = await setup_run(db)
+
+    async def broken(ctx: StepContext) -> None:
+        raise RuntimeError("prometheus exploded")
+
+    dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": broken}, owner="w", max_attempts=1)
+    async with db.transaction() as holder:  # a writer that holds the run and moves it
+        await holder.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == run_id).with_for_update())
+        run = await runs.get_run(holder, "acme", run_id)
+        await runs.commit(holder, RunCommit(tenant_id="acme", run_id=run_id, expected_version=run.state_version,
+                                            events=(EventDraft(type=RunEventType.AGENT_TURN),)), at=T0)
+        holder_pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        failing = asyncio.create_task(dispatcher.handle_wakeup(wake(run_id)))
+        await until_blocked_by(db, holder_pid, "the step's failure")
+    await asyncio.wait_for(failing, timeout=10)
+    assert await step_state(db, run_id) == StepState.FAILED
+    assert dispatcher.stats.failed == 1 and dispatcher.stats.lost_lease == 0
 
 
 async def test_a_handler_that_loses_its_lease_is_cancelled(db: Database) -> None:
