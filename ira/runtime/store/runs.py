@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, NoReturn
 
 from opentelemetry.trace import SpanKind
-from sqlalchemy import Integer, and_, bindparam, insert, select, update
+from sqlalchemy import Integer, bindparam, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,13 +36,12 @@ from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.rows import event_from_row, run_from_row, step_from_mapping
 from ira.runtime.store.schema import events, runs, tasks
 from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
-from ira.runtime.store.steps import add_steps, end_attempt_in_commit, insert_steps
+from ira.runtime.store.steps import RUN_KEY, add_steps, end_attempt_in_commit, insert_steps
 
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
-_RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
-_SELECT_RUN = select(runs).where(_RUN_KEY)
+_SELECT_RUN = select(runs).where(RUN_KEY)
 _BY_KEY = select(runs).where(runs.c.tenant_id == bindparam("k_tenant"), runs.c.idempotency_key == bindparam("k_key"))
-_NUMBER_EVENTS = update(runs).where(_RUN_KEY).values(last_seq=runs.c.last_seq + bindparam("n_events", type_=Integer)) \
+_NUMBER_EVENTS = update(runs).where(RUN_KEY).values(last_seq=runs.c.last_seq + bindparam("n_events", type_=Integer)) \
     .returning(runs.c.last_seq)
 """Numbers ``n_events`` events appended without a state check (``append_events``)."""
 _INSERT_EVENTS = insert(events)
@@ -244,7 +243,7 @@ def _bump_statement(target: RunState | None, with_outcome: bool, versioned: bool
     values: dict[str, object] = {"state_version": runs.c.state_version + 1,
                                  "last_seq": runs.c.last_seq + bindparam("n_events", type_=Integer),
                                  "updated_at": bindparam("now")}
-    where = [_RUN_KEY, runs.c.state_version == bindparam("k_version")] if versioned else [_RUN_KEY]
+    where = [RUN_KEY, runs.c.state_version == bindparam("k_version")] if versioned else [RUN_KEY]
     if target is not None:
         values.update(state=bindparam("new_state"), wait_kind=bindparam("new_wait_kind"))
         where.append(runs.c.state.in_(_sources_of(target)))

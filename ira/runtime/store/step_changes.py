@@ -41,7 +41,16 @@ from ira.core.states import (
 )
 from ira.runtime.store.database import tells_commit
 from ira.runtime.store.schema import attempts, runs, steps
-from ira.runtime.store.steps import STEP_KEY, RunningAttempt, attempt_ended_by, check_fence, get_step, step_key_params
+from ira.runtime.store.steps import (
+    RUN_KEY,
+    RUN_LOCKED,
+    STEP_KEY,
+    RunningAttempt,
+    attempt_ended_by,
+    check_fence,
+    get_step,
+    step_key_params,
+)
 from ira.runtime.wakeup import step_wakeup
 
 _PLAN_AND_ENVIRONMENT = select(steps.c.step_id, steps.c.kind, steps.c.state, steps.c.depends_on,
@@ -95,14 +104,8 @@ def _step_change_statement(with_result_ref: bool, release_claim: bool, with_depe
     return update(steps).where(*where).values(**values)
 
 
-_RUN_LOCKED = select(runs.c.run_id, runs.c.state_version).where(
-    runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).with_for_update().cte("run_locked")
-"""PostgreSQL: the run's row, locked (a CTE of the fenced step's UPDATE, which waits on it), and
-its version as the lock found it."""
-_LOCKED_VERSION = select(_RUN_LOCKED.c.state_version).scalar_subquery().label("locked_version")
-_SNAPSHOT_VERSION = select(runs.c.state_version).where(
-    runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).scalar_subquery().label(
-    "snapshot_version")
+_LOCKED_VERSION = select(RUN_LOCKED.c.state_version).scalar_subquery().label("locked_version")
+_SNAPSHOT_VERSION = select(runs.c.state_version).where(RUN_KEY).scalar_subquery().label("snapshot_version")
 """The run's version in the statement's snapshot, taken before any wait for the run's row: where
 it differs from ``_LOCKED_VERSION``, a writer committed after the snapshot, and the plan the
 statement read is older than the run the commit applies on."""
@@ -113,7 +116,7 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
                    plan: bool) -> Select[Any]:
     """PostgreSQL: the fenced step's UPDATE as a data-modifying CTE, with what rides in it.
 
-    The run's row is locked first (``_RUN_LOCKED``), then the step's: the order of every writer
+    The run's row is locked first (``RUN_LOCKED``), then the step's: the order of every writer
     that reads the run under lock before it writes (``lock_run``, a cancel), so a commit that
     decided on the run without locking it (the run its claim read, ``on_known_run``) or on
     nothing of it (no expected version: a branch's result) waits for such a writer instead of
@@ -131,7 +134,7 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
     can ready, ``_THAT_FINISHING_CAN_READY``, which holds the fenced step's own row), each row
     with ``took``; else one row comes back if the step's UPDATE took its row."""
     changed = _step_change_statement(with_result_ref, release_claim, with_depends_on, True, target) \
-        .where(exists(select(_RUN_LOCKED.c.run_id))).returning(steps.c.step_id).cte("changed")
+        .where(exists(select(RUN_LOCKED.c.run_id))).returning(steps.c.step_id).cte("changed")
     writes = [changed]
     if ending:
         writes.append(update(attempts).where(

@@ -42,6 +42,12 @@ def _key(tenant_id: str, run_id: str, step_id: str):  # type: ignore[no-untyped-
 # UPDATE on this machine, more than executing it; a prebuilt statement memoizes its cache key.
 STEP_KEY = and_(steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
                 steps.c.step_id == bindparam("k_step"))
+RUN_KEY = and_(runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run"))
+RUN_LOCKED = select(runs.c.run_id, runs.c.state, runs.c.state_version).where(RUN_KEY).with_for_update() \
+    .cte("run_locked")
+"""The run's row, locked, as a CTE: a statement whose WHERE reads it (a one-time filter) takes the
+run's row before any row of its own, the order of every writer that reads the run under lock
+(``lock_run``, a cancel). A row locked after a wait is read as that writer left it."""
 _SELECT_STEP = select(steps).where(STEP_KEY)
 _SELECT_PLAN = select(steps).where(steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run")) \
     .order_by(steps.c.step_id)
@@ -129,16 +135,12 @@ _HEARTBEAT = update(steps).where(_HELD).values(lease_until=bindparam("new_lease_
 _RELEASE = update(steps).where(_HELD).values(state=StepState.READY, owner=None, lease_until=None,
                                              updated_at=bindparam("now"))
 _LOCK_EPOCH = select(steps.c.owner_epoch).where(STEP_KEY).with_for_update()
-_RUN_ROW_LOCKED = select(runs.c.state).where(
-    runs.c.tenant_id == bindparam("k_tenant"), runs.c.run_id == bindparam("k_run")).with_for_update().cte("run_locked")
 _LOCK_RUN_THEN_EPOCH = select(
-    steps.c.owner_epoch, select(_RUN_ROW_LOCKED.c.state).scalar_subquery().label("run_state"),
-).where(STEP_KEY, exists(select(_RUN_ROW_LOCKED.c.state))).with_for_update(of=steps)
-"""``lock_fenced_run``'s one statement: the run's row locked first (a CTE its WHERE reads, a
-one-time filter), then the step's; both as their latest committed versions (a locked row is
-read again after a wait)."""
-_SELECT_ENVIRONMENT = select(runs.c.environment).where(runs.c.tenant_id == bindparam("k_tenant"),
-                                                       runs.c.run_id == bindparam("k_run"))
+    steps.c.owner_epoch, select(RUN_LOCKED.c.state).scalar_subquery().label("run_state"),
+).where(STEP_KEY, exists(select(RUN_LOCKED.c.run_id))).with_for_update(of=steps)
+"""``lock_fenced_run``'s one statement: the run's row locked first (``RUN_LOCKED``), then the
+step's, both as their latest committed versions."""
+_SELECT_ENVIRONMENT = select(runs.c.environment).where(RUN_KEY)
 
 
 def _claim_params(claim: Claim) -> dict[str, object]:
