@@ -7,7 +7,9 @@ bench/engine.py's ira engine (coordinator, instant investigators, relay and scan
 process, the embedded broker beside it), warmed up; each round takes ``--ops`` runs to their
 approval wait and approves them all at once (``IraEngine.approve_all``, as bench/engine.py's
 ``approve`` measure does). Per round: approved runs/s, this process's CPU ms per approved run
-(every thread; the broker's CPU is not counted), the event loop thread's alone, write
+(every thread; the broker's CPU is not counted), the event loop thread's alone, a local
+PostgreSQL server's (``db_server_cpu_ms_per_run``, bench/server_cpu.py: what the machine's
+other users of that server do is counted too), write
 transactions per approved run (the relay's and scanner's included) and, with ``--statements``,
 store statements per approved run. CPU per run is the figure to compare
 between two trees on a shared machine. With ``--profile`` the last round's approvals run under
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 import runs as incident_runs
+import server_cpu
 from engine_ira import TENANT, ira_engine
 from start_cpu import Statements, WriteTransactions
 
@@ -55,18 +58,21 @@ async def main(args: argparse.Namespace) -> None:
                         last = round_ == args.rounds - 1
                         profiler = cProfile.Profile(time.thread_time) if args.profile and last else None
                         cpu, loop, before = time.process_time(), time.thread_time(), statements.count
-                        began = transactions.count
+                        began, server = transactions.count, server_cpu.read() if backend == "postgresql" else None
                         if profiler:
                             profiler.enable()
                         runs, seconds = await engine.approve_all()
                         if profiler:
                             profiler.disable()
                         cpu, loop = time.process_time() - cpu, time.thread_time() - loop
+                        after = server_cpu.read() if server is not None else None
                         n = max(1, runs)
                         emit(backend=backend, mode="approve", round=round_, runs=runs,
                              runs_per_s=round(runs / seconds, 1), cpu_ms_per_run=round(cpu * 1000 / n, 2),
                              loop_cpu_ms_per_run=round(loop * 1000 / n, 2),
                              write_txns_per_run=round((transactions.count - began) / n, 2),
+                             **({"db_server_cpu_ms_per_run": round((after - server) * 1000 / n, 2)}
+                                if server is not None and after is not None else {}),
                              **({"statements_per_run": round((statements.count - before) / n, 1)}
                                 if statements.count else {}))
                         if profiler and args.profile:

@@ -23,7 +23,7 @@ async def _postgres(url: str, sql: str) -> None:
 
 
 @asynccontextmanager
-async def scratch_database(backend: str, url: str | None, workdir: Path, *, pool_size: int = 20
+async def scratch_database(backend: str, url: str | None, workdir: Path, *, pool_size: int = 40
                            ) -> AsyncIterator[Database]:
     """``backend`` is ``sqlite`` (a new file under ``workdir``) or ``postgresql`` (a new schema in ``url``)."""
     schema = None

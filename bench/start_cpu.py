@@ -5,8 +5,10 @@ Usage: python bench/start_cpu.py [--ops N] [--probe P] [--database-url postgresq
 
 bench/engine.py's ira engine (coordinator, instant investigators, relay and scanner in this
 process, the embedded broker beside it), warmed up, then ``--probe`` runs one at a time and a
-burst of ``--ops``. For each: runs/s, p50/p99, this process's CPU ms per run (every thread:
-the event loop and aiosqlite's connection threads; the broker's CPU is not counted) and store
+burst of ``--ops``. For each: runs/s, p50/p99, this process's CPU ms per run and the kernel's
+part of it (``cpu_system_ms_per_run``: sockets, WAL writes; every thread:
+the event loop and aiosqlite's connection threads; the broker's CPU is not counted), a local
+PostgreSQL server's (``db_server_cpu_ms_per_run``, bench/server_cpu.py) and store
 write transactions per run (every ``Database.transaction``: the relay's and scanner's too) and
 statements per run (a ``before_cursor_execute`` count). CPU is the figure to compare between
 two trees on a shared machine: wall-clock runs/s follows the load beside it, CPU per run much
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
 import sys
 import tempfile
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import runs as incident_runs
+import server_cpu
 from engine_ira import TENANT, IraEngine, ira_engine
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -75,16 +79,22 @@ async def measured(backend: str, mode: str, statements: Statements, transactions
                    work: Callable[[], Awaitable[list[float]]]) -> None:
     """Run ``work`` (ms per run to the wait), emit runs/s, latencies, CPU, write transactions
     (the relay's and scanner's included) and statements per run."""
-    cpu, wall, before, began = time.process_time(), time.perf_counter(), statements.count, transactions.count
+    cpu, wall, before, began = os.times(), time.perf_counter(), statements.count, transactions.count
+    server = server_cpu.read() if backend == "postgresql" else None
     latencies = await work()
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    after, wall = os.times(), time.perf_counter() - wall
+    server_after = server_cpu.read() if server is not None else None
+    user, system = after.user - cpu.user, after.system - cpu.system
     if not latencies:
         return
     n = max(1, len(latencies))
     emit(backend=backend, mode=mode, runs=len(latencies), runs_per_s=round(len(latencies) / wall, 1),
          p50_ms=round(incident_runs.percentile(latencies, 0.5), 1),
          p99_ms=round(incident_runs.percentile(latencies, 0.99), 1),
-         cpu_ms_per_run=round(cpu * 1000 / n, 2), write_txns_per_run=round((transactions.count - began) / n, 2),
+         cpu_ms_per_run=round((user + system) * 1000 / n, 2), cpu_system_ms_per_run=round(system * 1000 / n, 2),
+         write_txns_per_run=round((transactions.count - began) / n, 2),
+         **({"db_server_cpu_ms_per_run": round((server_after - server) * 1000 / n, 2)}
+            if server is not None and server_after is not None else {}),
          **({"statements_per_run": round((statements.count - before) / n, 1)} if statements.count else {}))
 
 

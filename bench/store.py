@@ -45,7 +45,7 @@ async def open_db(url: str) -> tuple[Database, Callable[[], Awaitable[None]]]:
     conn = await asyncpg.connect(raw)
     await conn.execute(f'CREATE SCHEMA "{schema}"')
     await conn.close()
-    db = Database.create(url, schema=schema, pool_size=20)
+    db = Database.create(url, schema=schema, pool_size=40)
     await upgrade(db)
 
     async def cleanup() -> None:

@@ -83,7 +83,7 @@ async def open_database(backend: str, tmp_path: Path) -> tuple[Database, str | N
         return db, None
     schema = f"t_{uuid.uuid4().hex[:12]}"
     await _create_schema(postgres_test_url(), schema)
-    db = Database.create(postgres_test_url(), schema=schema, pool_size=30)
+    db = Database.create(postgres_test_url(), schema=schema, pool_size=60)
     await upgrade(db)
     return db, schema
 

@@ -30,12 +30,12 @@ _SCHEMAS: dict[Database, str] = {}
 
 @pytest.fixture
 async def small_db() -> AsyncIterator[Database]:
-    """A database whose pool holds one connection (two at most): a connection a cancelled task
-    gave back is the one the next transaction gets."""
+    """A database of two connections at most, one kept between transactions: a connection a
+    cancelled task gave back is the one the next transaction gets."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     url = postgres_test_url()
     await _create_schema(url, schema)
-    db = Database.create(url, schema=schema, pool_size=1)
+    db = Database.create(url, schema=schema, pool_size=2)
     _SCHEMAS[db] = schema
     try:
         async with db.transaction() as conn:

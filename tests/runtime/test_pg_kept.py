@@ -5,11 +5,15 @@ and rolled back; one whose server backend was terminated while it idled, or whos
 cancelled mid-flight, is never used again and the next transaction commits on a new one; no
 more than ``keep`` stay checked out between transactions, and closing the database returns them.
 Reads keep their own connections the same way, with no transaction around their statements.
+The pool is fixed: no more than ``pool_size`` connections are opened, and none is closed for
+coming back while its kind keeps enough (a second burst takes the first's); a writer takes a
+connection reads keep idle rather than wait for the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.runtime.store.database import Database
 from tests.eventually import eventually
-from tests.store_fixtures import _drop_schema, open_database, postgres_test_url
+from tests.store_fixtures import _create_schema, _drop_schema, open_database, postgres_test_url
 
 pytestmark = pytest.mark.postgres
 
@@ -36,6 +40,19 @@ async def pg(tmp_path: Path) -> AsyncIterator[Database]:
     finally:
         await db.close()
         assert schema is not None
+        await _drop_schema(postgres_test_url(), schema)
+
+
+@pytest.fixture
+async def four() -> AsyncIterator[Database]:
+    """A database of four connections at most, two kept of each kind."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    await _create_schema(postgres_test_url(), schema)
+    db = Database.create(postgres_test_url(), schema=schema, pool_size=4)
+    try:
+        yield db
+    finally:
+        await db.close()
         await _drop_schema(postgres_test_url(), schema)
 
 
@@ -127,15 +144,17 @@ async def test_at_most_keep_connections_stay_out_and_close_returns_them(pg: Data
             await conn.execute(text("UPDATE counter SET n = n + 1"))
             await gate.wait()
 
-    tasks = [asyncio.create_task(write()) for _ in range(25)]
-    await eventually(lambda: pg.engine.pool.checkedout() >= 25,  # type: ignore[attr-defined]
-                     message="25 transactions hold a connection each")
+    many = writers._keep + 5
+    tasks = [asyncio.create_task(write()) for _ in range(many)]
+    await eventually(lambda: pg.engine.pool.checkedout() >= many,  # type: ignore[attr-defined]
+                     message=f"{many} transactions hold a connection each")
     gate.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
-    assert await _count(pg) == 25
-    assert writers.idle == writers._keep < 25
-    assert len(writers._reading) == 1  # the count's read
-    assert pg.engine.pool.checkedout() == writers._keep + 1  # type: ignore[attr-defined]
+    assert writers.idle == writers._keep
+    assert pg.engine.pool.checkedout() == writers._keep  # type: ignore[attr-defined]
+    assert await _count(pg) == many  # a read with none kept for reads takes a writer's idle one
+    assert (writers.idle, len(writers._reading)) == (writers._keep - 1, 1)
+    assert pg.engine.pool.checkedout() == writers._keep  # type: ignore[attr-defined]
     await writers.close()
     assert pg.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
@@ -160,3 +179,57 @@ async def test_a_read_that_failed_leaves_its_connection_usable(pg: Database) -> 
     async with pg.reader() as conn:
         assert await _backend_pid(conn) == first
         assert (await conn.execute(text("SELECT n FROM counter"))).scalar_one() == 0
+
+
+async def _burst(db: Database, transactions: int, hold_until: int) -> set[int]:
+    """``transactions`` write transactions started at once, each holding its connection until
+    ``hold_until`` connections are out of the pool; the backends they ran on."""
+    pids: list[int] = []
+    gate = asyncio.Event()
+
+    async def one() -> None:
+        async with db.transaction() as conn:
+            pids.append(await _backend_pid(conn))
+            await gate.wait()
+
+    tasks = [asyncio.create_task(one()) for _ in range(transactions)]
+    try:
+        await eventually(lambda: len(pids) >= hold_until, message=f"{hold_until} transactions hold a connection",
+                         timeout=10)
+    finally:
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+    return set(pids)
+
+
+async def test_a_burst_opens_no_more_than_the_pool_and_the_next_burst_takes_the_same(four: Database) -> None:
+    # Given a database of four connections, and eight transactions at once
+    first = await _burst(four, 8, hold_until=4)
+    # Then four backends ran them (the others waited for a connection), and a second burst
+    # runs on those four: none was closed for coming back (an overflow pool closed the ones
+    # beyond its size and opened new ones for the next burst)
+    assert len(first) == 4
+    second = await _burst(four, 8, hold_until=4)
+    assert second == first
+
+
+async def test_a_writer_takes_a_connection_reads_keep_idle_rather_than_wait_for_the_pool(four: Database) -> None:
+    # Given two reads at once, whose connections stay kept for reads once they end
+    gate = asyncio.Event()
+
+    async def read() -> None:
+        async with four.reader() as conn:
+            await _backend_pid(conn)
+            await gate.wait()
+
+    reads = [asyncio.create_task(read()) for _ in range(2)]
+    await eventually(lambda: four.engine.pool.checkedout() >= 2,  # type: ignore[attr-defined]
+                     message="two reads hold a connection")
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
+    kept = four._pg_kept
+    assert kept is not None and len(kept._reading) == 2
+    # When four write transactions run at once: the pool has two connections left
+    # Then all four run together (two on the reads' idle connections), not two of them
+    # waiting for the pool's timeout
+    assert len(await _burst(four, 4, hold_until=4)) == 4

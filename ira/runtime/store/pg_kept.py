@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 class KeptConnections:
     """One ``Database``'s kept PostgreSQL connections: for write transactions, and apart for reads;
-    of each kind at most half the engine's pool."""
+    of each kind at most half the engine's pool (a fixed pool: ``Database.create``)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -66,12 +66,18 @@ class KeptConnections:
         """Connections kept between write transactions right now."""
         return len(self._idle)
 
-    async def _take(self, idle: list[AsyncConnection]) -> AsyncConnection:
-        while idle:
-            conn = idle.pop()  # the most recently used: its backend is the warmest
-            if _usable(conn):
-                return conn
-            await _discard(conn)
+    async def _take(self, idle: list[AsyncConnection], other: list[AsyncConnection]) -> AsyncConnection:
+        """A kept connection of this kind, else one the other kind keeps idle, else the pool's.
+
+        The other kind's idle ones are connections like any other, and they count against the
+        pool's limit: at that limit, a writer that left them idle would wait for the pool (up to
+        its timeout) while reads kept ``keep`` connections doing nothing."""
+        for kept in (idle, other):
+            while kept:
+                conn = kept.pop()  # the most recently used: its backend is the warmest
+                if _usable(conn):
+                    return conn
+                await _discard(conn)
         conn = FastConnection(self._engine)
         await conn.start()
         return conn
@@ -132,6 +138,10 @@ class _Use:
     def _idle(self) -> list[AsyncConnection]:
         raise NotImplementedError
 
+    def _others(self) -> list[AsyncConnection]:
+        """The other kind's idle connections, taken when this kind keeps none."""
+        raise NotImplementedError
+
     def _start(self, conn: AsyncConnection) -> None:
         raise NotImplementedError
 
@@ -141,7 +151,7 @@ class _Use:
         raise NotImplementedError
 
     async def __aenter__(self) -> AsyncConnection:
-        conn = await self._kept._take(self._idle())
+        conn = await self._kept._take(self._idle(), self._others())
         try:
             self._start(conn)
         except BaseException:
@@ -173,6 +183,9 @@ class _Transaction(_Use):
     def _idle(self) -> list[AsyncConnection]:
         return self._kept._idle
 
+    def _others(self) -> list[AsyncConnection]:
+        return self._kept._reading
+
     def _start(self, conn: AsyncConnection) -> None:
         sync = conn.sync_connection
         assert sync is not None  # started in ``_take``
@@ -201,6 +214,9 @@ class _Read(_Use):
 
     def _idle(self) -> list[AsyncConnection]:
         return self._kept._reading
+
+    def _others(self) -> list[AsyncConnection]:
+        return self._kept._idle
 
     def _start(self, conn: AsyncConnection) -> None:
         self._autocommit = reading_without_transaction(conn)
