@@ -18,6 +18,9 @@ LangGraph runs in a child process with an event loop of its own:
 * ``memory``    with ``--waiting W`` (10,000 with ``--full``): RSS and asyncio tasks of a fresh
                 process holding W runs at the approval wait (each system in its own process).
 
+On PostgreSQL both first take ``--settle`` runs (300) to the end and the database is analyzed
+(see ``settle``). With the server on this machine, ``sequential``, ``burst`` and ``approve`` also
+give the server's CPU per run (``db_server_cpu_ms_per_run``, bench/server_cpu.py) for each system.
 Each measure ends with a ``ratio`` line (ira / LangGraph) and whether issue #14's goal is met.
 LangGraph comes from the ``bench`` extra (``pip install -e '.[bench]'``); without it a line
 says so and only ira is measured.
@@ -36,9 +39,11 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import asyncpg
 import runs as incident_runs
+import server_cpu
 from engine_ira import ira_engine
 
 from ira.infra.tansu import EmbeddedKafka
@@ -88,14 +93,60 @@ def run_figures(latencies: list[float], seconds: float) -> dict[str, float]:
             "p50_ms": round(percentile(latencies, 0.5), 1), "p99_ms": round(percentile(latencies, 0.99), 1)}
 
 
+T = TypeVar("T")
+
+
+async def server_cpu_of(work: Awaitable[T]) -> tuple[T, float | None]:
+    """``work``'s result and the CPU seconds a PostgreSQL server on this machine spent meanwhile
+    (None without one; on SQLite the database is in the measured process itself)."""
+    before = server_cpu.read()
+    result = await work
+    after = server_cpu.read()
+    return result, (after - before if before is not None and after is not None else None)
+
+
+def server_ms_per_run(seconds: float | None, runs: int) -> dict[str, float]:
+    """``db_server_cpu_ms_per_run`` where it was measured."""
+    return {} if seconds is None or not runs else {"db_server_cpu_ms_per_run": round(seconds * 1000 / runs, 2)}
+
+
 async def alternating(engines: dict[str, Engine], sample: Callable[[Engine], Awaitable[float]], times: int
-                      ) -> dict[str, list[float]]:
-    """``times`` samples per system, taking turns: both see the same moments of a busy machine."""
+                      ) -> tuple[dict[str, list[float]], dict[str, float | None]]:
+    """``times`` samples per system, taking turns: both see the same moments of a busy machine;
+    and per system the local PostgreSQL server's CPU seconds over its samples (None: not measured)."""
     samples: dict[str, list[float]] = {name: [] for name in engines}
+    server: dict[str, float | None] = {name: 0.0 for name in engines}
     for _ in range(times):
         for name, engine in engines.items():
-            samples[name].append(await sample(engine))
-    return samples
+            ms, seconds = await server_cpu_of(sample(engine))
+            samples[name].append(ms)
+            spent = server[name]
+            server[name] = None if spent is None or seconds is None else spent + seconds
+    return samples, server
+
+
+async def settle(engines: dict[str, Engine], backend: str, args: argparse.Namespace) -> None:
+    """PostgreSQL: each system takes ``--settle`` runs to the end, then the database is analyzed,
+    so both are measured as a database that has held runs is planned, not as a fresh schema is.
+
+    A fresh schema has no statistics: PostgreSQL plans a point lookup by whichever index looks
+    as cheap (ira's runs read by ``(tenant_id, state)``'s tenant prefix, every run of the
+    tenant, instead of by their key; its budget accounts likewise), and its generic plans keep
+    that while the tables grow: ~10,000 rows read per run once a few hundred runs existed, the
+    server's CPU per run doubled. A real database is analyzed by autovacuum within a minute of
+    growing; analyzing right after creating the schema would only trade those scans for
+    sequential ones (statistics of a near-empty table)."""
+    if backend != "postgresql" or not args.settle:
+        return
+    for name, engine in engines.items():
+        progress(f"  settling: {args.settle} runs of {name} to the end, then ANALYZE")
+        await engine.burst(args.settle)
+        await engine.approve_all()
+    admin = await asyncpg.connect(args.database_url)
+    try:
+        await admin.execute("ANALYZE")
+    finally:
+        await admin.close()
 
 
 async def measure_all(engines: dict[str, Engine], args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:
@@ -103,22 +154,23 @@ async def measure_all(engines: dict[str, Engine], args: argparse.Namespace) -> d
     out: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in engines}
     points: dict[str, dict[int, float]] = {name: {} for name in engines}
     for n in args.chain:
-        for name, ms in (await alternating(engines, lambda e, n=n: e.chain_ms(n), args.repeats)).items():
+        for name, ms in (await alternating(engines, lambda e, n=n: e.chain_ms(n), args.repeats))[0].items():
             points[name][n] = statistics.median(ms)
     for name, by_length in points.items():
         chain_ms = {str(n): round(ms, 2) for n, ms in by_length.items()}
         out[name]["step"] = {"ms_per_step": round(slope(by_length), 3), "chain_ms": chain_ms}
-    for name, ms in (await alternating(engines, lambda e: e.one_run_ms(), args.probe)).items():
-        out[name]["sequential"] = run_figures(ms, sum(ms) / 1000)
+    sequential, server = await alternating(engines, lambda e: e.one_run_ms(), args.probe)
+    for name, ms in sequential.items():
+        out[name]["sequential"] = {**run_figures(ms, sum(ms) / 1000), **server_ms_per_run(server[name], len(ms))}
     for name, engine in engines.items():
         progress(f"  burst of {args.ops}: {name}")
-        burst, seconds = await engine.burst(args.ops)
-        out[name]["burst"] = run_figures(burst, seconds)
+        (burst, seconds), spent = await server_cpu_of(engine.burst(args.ops))
+        out[name]["burst"] = {**run_figures(burst, seconds), **server_ms_per_run(spent, len(burst))}
         if len(burst) < args.ops:  # the rest were still on their way: a p99 of those that arrived would flatter
             out[name]["burst"].update(p99_ms=None, incomplete=f"{len(burst)} of {args.ops} within the timeout")
     for name, engine in engines.items():
-        runs, seconds = await engine.approve_all()
-        out[name]["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1)}
+        (runs, seconds), spent = await server_cpu_of(engine.approve_all())
+        out[name]["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1), **server_ms_per_run(spent, runs)}
     return out
 
 
@@ -160,6 +212,7 @@ async def side_by_side(backend: str, args: argparse.Namespace, workdir: Path, bo
                 [sys.executable, __file__, "--serve-langgraph", *child_args(backend, args)]))
         engines["ira"] = await stack.enter_async_context(ira_engine(backend, args.database_url, workdir, bootstrap))
         progress(f"{backend}: {', '.join(engines)}")
+        await settle(engines, backend, args)
         figures = await measure_all(engines, args)
     for system, measures in figures.items():
         emit_figures(backend, system, measures)
@@ -247,6 +300,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
     parser.add_argument("--backends", type=lambda s: s.split(","), help="default: sqlite, plus postgresql with a URL")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--settle", type=int, default=300,
+                        help="PostgreSQL: runs each system ends before the measures, then ANALYZE (0: none)")
     parser.add_argument("--memory-of", choices=("ira", "langgraph"), help=argparse.SUPPRESS)
     parser.add_argument("--serve-langgraph", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -205,12 +205,18 @@ async def wait_for(db: Database, state: str, count: int, *, timeout: float) -> N
         await asyncio.sleep(0.1)
 
 
-async def asked_at(db: Database) -> dict[str, float]:
-    """incident_id -> when APPROVAL_REQUESTED was committed (epoch seconds)."""
+async def asked_at(db: Database, incidents: Sequence[str] | None = None, tenant: str = "bench") -> dict[str, float]:
+    """incident_id -> when APPROVAL_REQUESTED was committed (epoch seconds): of ``incidents``
+    of ``tenant`` only where given (by the runs' incident index: reading every run's, as each measure of
+    bench/engine.py did, made the read, and the server's CPU it measures, grow with the runs
+    already done), else of every run."""
+    query = select(runs.c.incident_id, events.c.at).join(
+        events, (events.c.tenant_id == runs.c.tenant_id) & (events.c.run_id == runs.c.run_id)).where(
+        events.c.type == "APPROVAL_REQUESTED")
+    if incidents is not None:
+        query = query.where(runs.c.tenant_id == tenant, runs.c.incident_id.in_(incidents))
     async with db.reader() as conn:
-        rows = await conn.execute(select(runs.c.incident_id, events.c.at).join(
-            events, (events.c.tenant_id == runs.c.tenant_id) & (events.c.run_id == runs.c.run_id))
-            .where(events.c.type == "APPROVAL_REQUESTED"))
+        rows = await conn.execute(query)
         return {r.incident_id: r.at.timestamp() for r in rows}
 
 
