@@ -4,7 +4,8 @@ Usage: python bench/approve_cpu.py [--ops N] [--rounds R] [--database-url postgr
                                    [--statements] [--profile out.prof] [--top K]
 
 bench/engine.py's ira engine (coordinator, instant investigators, relay and scanner in this
-process, the embedded broker beside it), warmed up; each round takes ``--ops`` runs to their
+process, the embedded broker beside it), warmed up (on PostgreSQL also settled: ``--settle`` runs
+to the end, then ANALYZE, see bench/engine.py); each round takes ``--ops`` runs to their
 approval wait and approves them all at once (``IraEngine.approve_all``, as bench/engine.py's
 ``approve`` measure does). Per round: approved runs/s, this process's CPU ms per approved run
 (every thread; the broker's CPU is not counted), the event loop thread's alone, a local
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import runs as incident_runs
 import server_cpu
-from engine_ira import TENANT, ira_engine
+from engine_ira import TENANT, ira_engine, settled
 from start_cpu import Statements, WriteTransactions
 
 from ira.infra.tansu import EmbeddedKafka
@@ -53,6 +54,7 @@ async def main(args: argparse.Namespace) -> None:
                     transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))
                     await engine.approve_all()  # warm the approve path's caches
+                    await settled(engine, backend, args.database_url, args.settle)
                     for round_ in range(args.rounds):
                         await engine.to_waiting(incident_runs.decisions(args.ops, TENANT))
                         last = round_ == args.rounds - 1
@@ -86,6 +88,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--settle", type=int, default=300,
+                        help="PostgreSQL: runs taken to the end before measuring, then ANALYZE (0: none)")
     parser.add_argument("--statements", action="store_true", help="count statements per approved run")
     parser.add_argument("--profile", help="cProfile the last round's approvals into this file")
     parser.add_argument("--top", type=int, default=60, help="functions printed with --profile")

@@ -41,10 +41,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import asyncpg
 import runs as incident_runs
 import server_cpu
-from engine_ira import ira_engine
+from engine_ira import analyze, ira_engine
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -142,11 +141,7 @@ async def settle(engines: dict[str, Engine], backend: str, args: argparse.Namesp
         progress(f"  settling: {args.settle} runs of {name} to the end, then ANALYZE")
         await engine.burst(args.settle)
         await engine.approve_all()
-    admin = await asyncpg.connect(args.database_url)
-    try:
-        await admin.execute("ANALYZE")
-    finally:
-        await admin.close()
+    await analyze(args.database_url)
 
 
 async def measure_all(engines: dict[str, Engine], args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
 import runs as incident_runs
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -167,6 +168,26 @@ class IraEngine:
         """Counted by the database, once per measure (not polled: see ``Heard``)."""
         async with self.db.reader() as conn:
             return int((await conn.execute(_COUNT, {"state": state})).scalar_one())
+
+
+async def analyze(url: str) -> None:
+    """``ANALYZE`` the PostgreSQL database at ``url`` (every schema in it: both systems' tables)."""
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute("ANALYZE")
+    finally:
+        await admin.close()
+
+
+async def settled(engine: IraEngine, backend: str, url: str | None, runs: int) -> None:
+    """PostgreSQL: ``runs`` runs to the end, then ``ANALYZE``: measured as a database that has
+    held runs is planned, not as a fresh schema without statistics is (bench/engine.py's
+    ``settle``). Nothing on SQLite or with ``runs`` 0."""
+    if backend != "postgresql" or not runs or url is None:
+        return
+    await engine.burst(runs)
+    await engine.approve_all()
+    await analyze(url)
 
 
 @asynccontextmanager

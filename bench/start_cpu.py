@@ -4,7 +4,8 @@ Usage: python bench/start_cpu.py [--ops N] [--probe P] [--database-url postgresq
                                  [--profile out.prof] [--top K]
 
 bench/engine.py's ira engine (coordinator, instant investigators, relay and scanner in this
-process, the embedded broker beside it), warmed up, then ``--probe`` runs one at a time and a
+process, the embedded broker beside it), warmed up (on PostgreSQL also settled: ``--settle``
+runs to the end, then ANALYZE, see bench/engine.py), then ``--probe`` runs one at a time and a
 burst of ``--ops``. For each: runs/s, p50/p99, this process's CPU ms per run and the kernel's
 part of it (``cpu_system_ms_per_run``: sockets, WAL writes; every thread:
 the event loop and aiosqlite's connection threads; the broker's CPU is not counted), a local
@@ -34,7 +35,7 @@ from typing import Any
 
 import runs as incident_runs
 import server_cpu
-from engine_ira import TENANT, IraEngine, ira_engine
+from engine_ira import TENANT, IraEngine, ira_engine, settled
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -127,6 +128,7 @@ async def main(args: argparse.Namespace) -> None:
                     statements = Statements(engine.db, args.statements)
                     transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))  # warm caches past the first run
+                    await settled(engine, backend, args.database_url, args.settle)
                     await measured(backend, "sequential", statements, transactions,
                                    lambda e=engine: sequential(e, args.probe))
                     await measured(backend, "burst", statements, transactions,
@@ -139,6 +141,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probe", type=int, default=20, help="runs one at a time")
     parser.add_argument("--database-url", help="also measure PostgreSQL, e.g. postgresql://postgres@127.0.0.1/test")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--settle", type=int, default=300,
+                        help="PostgreSQL: runs taken to the end before measuring, then ANALYZE (0: none)")
     parser.add_argument("--statements", action="store_true", help="count statements per run")
     parser.add_argument("--profile", help="cProfile the burst into this file")
     parser.add_argument("--top", type=int, default=60, help="functions printed with --profile")
