@@ -54,27 +54,25 @@ async def main(args: argparse.Namespace) -> None:
                     transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))
                     await engine.approve_all()  # warm the approve path's caches
-                    await settled(engine, backend, args.database_url, args.settle)
+                    await settled([engine], backend, args.database_url, args.settle)
                     for round_ in range(args.rounds):
                         await engine.to_waiting(incident_runs.decisions(args.ops, TENANT))
                         last = round_ == args.rounds - 1
                         profiler = cProfile.Profile(time.thread_time) if args.profile and last else None
                         cpu, loop, before = time.process_time(), time.thread_time(), statements.count
-                        began, server = transactions.count, server_cpu.read() if backend == "postgresql" else None
+                        began, server = transactions.count, server_cpu.before(backend)
                         if profiler:
                             profiler.enable()
                         runs, seconds = await engine.approve_all()
                         if profiler:
                             profiler.disable()
                         cpu, loop = time.process_time() - cpu, time.thread_time() - loop
-                        after = server_cpu.read() if server is not None else None
                         n = max(1, runs)
                         emit(backend=backend, mode="approve", round=round_, runs=runs,
                              runs_per_s=round(runs / seconds, 1), cpu_ms_per_run=round(cpu * 1000 / n, 2),
                              loop_cpu_ms_per_run=round(loop * 1000 / n, 2),
                              write_txns_per_run=round((transactions.count - began) / n, 2),
-                             **({"db_server_cpu_ms_per_run": round((after - server) * 1000 / n, 2)}
-                                if server is not None and after is not None else {}),
+                             **server_cpu.per_run(server, runs),
                              **({"statements_per_run": round((statements.count - before) / n, 1)}
                                 if statements.count else {}))
                         if profiler and args.profile:

@@ -39,11 +39,11 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import runs as incident_runs
 import server_cpu
-from engine_ira import analyze, ira_engine
+from engine_ira import ira_engine, settled
 
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.admin import ensure_topics
@@ -92,35 +92,19 @@ def run_figures(latencies: list[float], seconds: float) -> dict[str, float]:
             "p50_ms": round(percentile(latencies, 0.5), 1), "p99_ms": round(percentile(latencies, 0.99), 1)}
 
 
-T = TypeVar("T")
-
-
-async def server_cpu_of(work: Awaitable[T]) -> tuple[T, float | None]:
-    """``work``'s result and the CPU seconds a PostgreSQL server on this machine spent meanwhile
-    (None without one; on SQLite the database is in the measured process itself)."""
-    before = server_cpu.read()
-    result = await work
-    after = server_cpu.read()
-    return result, (after - before if before is not None and after is not None else None)
-
-
-def server_ms_per_run(seconds: float | None, runs: int) -> dict[str, float]:
-    """``db_server_cpu_ms_per_run`` where it was measured."""
-    return {} if seconds is None or not runs else {"db_server_cpu_ms_per_run": round(seconds * 1000 / runs, 2)}
-
-
-async def alternating(engines: dict[str, Engine], sample: Callable[[Engine], Awaitable[float]], times: int
-                      ) -> tuple[dict[str, list[float]], dict[str, float | None]]:
+async def alternating(engines: dict[str, Engine], sample: Callable[[Engine], Awaitable[float]], times: int,
+                      backend: str) -> tuple[dict[str, list[float]], dict[str, float | None]]:
     """``times`` samples per system, taking turns: both see the same moments of a busy machine;
-    and per system the local PostgreSQL server's CPU seconds over its samples (None: not measured)."""
+    and per system the local PostgreSQL server's CPU seconds over its samples (None: not measured,
+    ``server_cpu.before``)."""
     samples: dict[str, list[float]] = {name: [] for name in engines}
     server: dict[str, float | None] = {name: 0.0 for name in engines}
     for _ in range(times):
         for name, engine in engines.items():
-            ms, seconds = await server_cpu_of(sample(engine))
-            samples[name].append(ms)
-            spent = server[name]
-            server[name] = None if spent is None or seconds is None else spent + seconds
+            before = server_cpu.before(backend)
+            samples[name].append(await sample(engine))
+            spent, total = server_cpu.spent(before), server[name]
+            server[name] = None if spent is None or total is None else total + spent
     return samples, server
 
 
@@ -135,37 +119,37 @@ async def settle(engines: dict[str, Engine], backend: str, args: argparse.Namesp
     server's CPU per run doubled. A real database is analyzed by autovacuum within a minute of
     growing; analyzing right after creating the schema would only trade those scans for
     sequential ones (statistics of a near-empty table)."""
-    if backend != "postgresql" or not args.settle:
-        return
-    for name, engine in engines.items():
-        progress(f"  settling: {args.settle} runs of {name} to the end, then ANALYZE")
-        await engine.burst(args.settle)
-        await engine.approve_all()
-    await analyze(args.database_url)
+    if backend == "postgresql" and args.settle:
+        progress(f"  settling: {args.settle} runs of each of {', '.join(engines)} to the end, then ANALYZE")
+    await settled(engines.values(), backend, args.database_url, args.settle)
 
 
-async def measure_all(engines: dict[str, Engine], args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:
+async def measure_all(engines: dict[str, Engine], backend: str, args: argparse.Namespace
+                      ) -> dict[str, dict[str, dict[str, Any]]]:
     """system -> measure -> figures."""
     out: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in engines}
     points: dict[str, dict[int, float]] = {name: {} for name in engines}
     for n in args.chain:
-        for name, ms in (await alternating(engines, lambda e, n=n: e.chain_ms(n), args.repeats))[0].items():
+        for name, ms in (await alternating(engines, lambda e, n=n: e.chain_ms(n), args.repeats, backend))[0].items():
             points[name][n] = statistics.median(ms)
     for name, by_length in points.items():
         chain_ms = {str(n): round(ms, 2) for n, ms in by_length.items()}
         out[name]["step"] = {"ms_per_step": round(slope(by_length), 3), "chain_ms": chain_ms}
-    sequential, server = await alternating(engines, lambda e: e.one_run_ms(), args.probe)
+    sequential, server = await alternating(engines, lambda e: e.one_run_ms(), args.probe, backend)
     for name, ms in sequential.items():
-        out[name]["sequential"] = {**run_figures(ms, sum(ms) / 1000), **server_ms_per_run(server[name], len(ms))}
+        out[name]["sequential"] = {**run_figures(ms, sum(ms) / 1000), **server_cpu.figure(server[name], len(ms))}
     for name, engine in engines.items():
         progress(f"  burst of {args.ops}: {name}")
-        (burst, seconds), spent = await server_cpu_of(engine.burst(args.ops))
-        out[name]["burst"] = {**run_figures(burst, seconds), **server_ms_per_run(spent, len(burst))}
+        before = server_cpu.before(backend)
+        burst, seconds = await engine.burst(args.ops)
+        out[name]["burst"] = {**run_figures(burst, seconds), **server_cpu.per_run(before, len(burst))}
         if len(burst) < args.ops:  # the rest were still on their way: a p99 of those that arrived would flatter
             out[name]["burst"].update(p99_ms=None, incomplete=f"{len(burst)} of {args.ops} within the timeout")
     for name, engine in engines.items():
-        (runs, seconds), spent = await server_cpu_of(engine.approve_all())
-        out[name]["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1), **server_ms_per_run(spent, runs)}
+        before = server_cpu.before(backend)
+        runs, seconds = await engine.approve_all()
+        out[name]["approve"] = {"runs": runs, "runs_per_s": round(runs / seconds, 1),
+                                **server_cpu.per_run(before, runs)}
     return out
 
 
@@ -208,7 +192,7 @@ async def side_by_side(backend: str, args: argparse.Namespace, workdir: Path, bo
         engines["ira"] = await stack.enter_async_context(ira_engine(backend, args.database_url, workdir, bootstrap))
         progress(f"{backend}: {', '.join(engines)}")
         await settle(engines, backend, args)
-        figures = await measure_all(engines, args)
+        figures = await measure_all(engines, backend, args)
     for system, measures in figures.items():
         emit_figures(backend, system, measures)
     for measure in GOALS if "langgraph" in figures else ():

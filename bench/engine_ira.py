@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 import runs as incident_runs
@@ -110,14 +111,13 @@ class Heard:
     def abandoned(self, messages: Sequence[OutboxMessage]) -> None:
         pass
 
-    async def until(self, count: int, *, timeout: float) -> bool:
-        """Until ``count`` of them committed since the start (True), or ``timeout`` (False)."""
+    async def until(self, count: int, *, timeout: float) -> None:
+        """Until ``count`` of them committed since the start, or ``timeout``."""
         deadline = time.monotonic() + timeout
         while self.count < count and (left := deadline - time.monotonic()) > 0:
             self.changed.clear()
             with suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=min(left, 1.0))
-        return self.count >= count
 
 
 @dataclass
@@ -159,10 +159,11 @@ class IraEngine:
         completed = self.completed.count + waiting
         started = time.perf_counter()
         await incident_runs.approve_all(self.deps)
-        if not await self.completed.until(completed, timeout=60 + waiting):
-            print(f"only {waiting - completed + self.completed.count} of {waiting} runs completed in time",
-                  file=sys.stderr, flush=True)
-        return waiting - (completed - self.completed.count), time.perf_counter() - started
+        await self.completed.until(completed, timeout=60 + waiting)
+        done = waiting - max(0, completed - self.completed.count)
+        if done < waiting:
+            print(f"only {done} of {waiting} runs completed in time", file=sys.stderr, flush=True)
+        return done, time.perf_counter() - started
 
     async def _count(self, state: str) -> int:
         """Counted by the database, once per measure (not polled: see ``Heard``)."""
@@ -179,14 +180,20 @@ async def analyze(url: str) -> None:
         await admin.close()
 
 
-async def settled(engine: IraEngine, backend: str, url: str | None, runs: int) -> None:
-    """PostgreSQL: ``runs`` runs to the end, then ``ANALYZE``: measured as a database that has
-    held runs is planned, not as a fresh schema without statistics is (bench/engine.py's
-    ``settle``). Nothing on SQLite or with ``runs`` 0."""
+class Settles(Protocol):
+    async def burst(self, count: int) -> tuple[list[float], float]: ...
+    async def approve_all(self) -> tuple[int, float]: ...
+
+
+async def settled(engines: Iterable[Settles], backend: str, url: str | None, runs: int) -> None:
+    """PostgreSQL: each engine takes ``runs`` runs to the end, then ``ANALYZE``: measured as a
+    database that has held runs is planned, not as a fresh schema without statistics is
+    (bench/engine.py's ``settle``). Nothing on SQLite or with ``runs`` 0."""
     if backend != "postgresql" or not runs or url is None:
         return
-    await engine.burst(runs)
-    await engine.approve_all()
+    for engine in engines:
+        await engine.burst(runs)
+        await engine.approve_all()
     await analyze(url)
 
 

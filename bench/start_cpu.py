@@ -81,10 +81,9 @@ async def measured(backend: str, mode: str, statements: Statements, transactions
     """Run ``work`` (ms per run to the wait), emit runs/s, latencies, CPU, write transactions
     (the relay's and scanner's included) and statements per run."""
     cpu, wall, before, began = os.times(), time.perf_counter(), statements.count, transactions.count
-    server = server_cpu.read() if backend == "postgresql" else None
+    server = server_cpu.before(backend)
     latencies = await work()
     after, wall = os.times(), time.perf_counter() - wall
-    server_after = server_cpu.read() if server is not None else None
     user, system = after.user - cpu.user, after.system - cpu.system
     if not latencies:
         return
@@ -94,8 +93,7 @@ async def measured(backend: str, mode: str, statements: Statements, transactions
          p99_ms=round(incident_runs.percentile(latencies, 0.99), 1),
          cpu_ms_per_run=round((user + system) * 1000 / n, 2), cpu_system_ms_per_run=round(system * 1000 / n, 2),
          write_txns_per_run=round((transactions.count - began) / n, 2),
-         **({"db_server_cpu_ms_per_run": round((server_after - server) * 1000 / n, 2)}
-            if server is not None and server_after is not None else {}),
+         **server_cpu.per_run(server, len(latencies)),
          **({"statements_per_run": round((statements.count - before) / n, 1)} if statements.count else {}))
 
 
@@ -128,7 +126,7 @@ async def main(args: argparse.Namespace) -> None:
                     statements = Statements(engine.db, args.statements)
                     transactions = WriteTransactions(engine.db)
                     await engine.to_waiting(incident_runs.decisions(5, TENANT))  # warm caches past the first run
-                    await settled(engine, backend, args.database_url, args.settle)
+                    await settled([engine], backend, args.database_url, args.settle)
                     await measured(backend, "sequential", statements, transactions,
                                    lambda e=engine: sequential(e, args.probe))
                     await measured(backend, "burst", statements, transactions,
