@@ -115,10 +115,11 @@ async def finish(conn: AsyncConnection, ctx: StepContext, *, at: datetime, ref: 
 def instant_investigators(db: Database, clock: Clock) -> dict[str, StepHandler]:
     """Branches that answer at once: one canned evidence, step DONE (fenced), slice closed.
 
-    In the order of ira's own investigators (``agents/handler.py``): the run's row (the fenced
-    commit) before the root's budget rows (``close_slice``), as the coordinator's steps take them.
-    Closing the slice first made three branches of one run deadlock on PostgreSQL with a commit
-    that held the run and charged the root (each found after ``deadlock_timeout``, 1 s)."""
+    As ira's own investigators (``agents/handler.py``): the slice is closed by the fenced commit
+    (``budget.close_slice_with_commit``; on PostgreSQL in its compare-and-set), after it took the
+    run's row, as the coordinator's steps take the root's budget rows. Closing the slice first,
+    on its own, made three branches of one run deadlock on PostgreSQL with a commit that held
+    the run and charged the root (each found after ``deadlock_timeout``, 1 s)."""
 
     async def handle(ctx: StepContext) -> None:
         c, now, tools = ctx.claim, clock.now(), ctx.step.binding["tools"]
@@ -127,8 +128,8 @@ def instant_investigators(db: Database, clock: Clock) -> dict[str, StepHandler]:
         async with db.transaction() as conn:
             ref = await put_artifact(conn, c.tenant_id, result.model_dump_json().encode(),
                                      media_type="application/json", max_bytes=1 << 20, at=now, read_back=False)
+            await budget.close_slice_with_commit(conn, c.tenant_id, c.run_id, c.step_id, at=now)
             await finish(conn, ctx, at=now, ref=ref.ref)
-            await budget.close_slice(conn, c.tenant_id, c.run_id, c.step_id, at=now)
 
     return {kind.value: handle for kind in BranchKind}
 

@@ -92,6 +92,7 @@ class BranchHandler:
                                                media_type=RESULT_MEDIA_TYPE, max_bytes=self.artifact_max_bytes, at=now,
                                                read_back=False)
             failed = result.stop_reason is StopReason.ERROR
+            await budget.close_slice_with_commit(conn, c.tenant_id, c.run_id, c.step_id, at=now)  # after the run's row
             await runs.commit(conn, RunCommit(
                 tenant_id=c.tenant_id, run_id=c.run_id, expected_version=None,
                 fence=Fence(step_id=c.step_id, owner_epoch=c.owner_epoch),
@@ -99,7 +100,6 @@ class BranchHandler:
                                   result_ref=ref.ref),),
                 events=(EventDraft(type=FINISHED_EVENT, data=_finished(c.step_id, result, ref.ref)),),
             ), at=now)
-            await budget.close_slice(conn, c.tenant_id, c.run_id, c.step_id, at=now)
             await steps.end_attempt(conn, c, outcome="failed" if failed else "done", now=now, error=result.error,
                                     usage=usage | {k.value: v for k, v in totals.items()})
 

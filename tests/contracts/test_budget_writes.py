@@ -63,13 +63,20 @@ async def test_slices_opened_together_reserve_their_total_once(db: Database) -> 
     assert (await balance(db, run_id)).reserved == 7  # neither of the two that did not fit together
 
 
-async def test_closing_a_slice_settles_its_use_and_open_holds_on_the_root_once(db: Database) -> None:
+async def slice_that_used_one_and_holds_two(db: Database) -> str:
+    """A run whose ``metrics`` slice (6 calls, 3 steps of the root's 10 and 5) settled one call
+    and still holds two; its id."""
     run_id = await run_with_budget(db, {CALLS: 10, STEPS: 5})
     async with db.transaction() as conn:
         await budget.open_slices(conn, "acme", run_id, {"metrics": {CALLS: 6, STEPS: 3}}, at=T0)
         await budget.reserve(conn, "acme", run_id, CALLS, 2, reservation_id="m1", at=T0, scope="metrics")
         await budget.settle(conn, "acme", "m1", used=1, at=T0)
         await budget.reserve(conn, "acme", run_id, CALLS, 2, reservation_id="m2", at=T0, scope="metrics")
+    return run_id
+
+
+async def test_closing_a_slice_settles_its_use_and_open_holds_on_the_root_once(db: Database) -> None:
+    run_id = await slice_that_used_one_and_holds_two(db)
     for _ in range(2):  # a second close changes nothing
         async with db.transaction() as conn:
             await budget.close_slice(conn, "acme", run_id, "metrics", at=T0)
@@ -92,6 +99,10 @@ class _Counted:
     @property
     def dialect(self) -> Dialect:
         return self._conn.dialect
+
+    @property
+    def info(self) -> dict[Any, Any]:
+        return self._conn.info
 
     async def execute(self, statement: Any, parameters: Any = None) -> Any:
         self.statements += 1

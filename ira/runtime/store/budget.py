@@ -11,21 +11,27 @@ Every write is ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` or ``UPDATE .. RET
 thread hop, and a run's budget writes were a third of the statements it issued. On
 PostgreSQL each call that writes both tables is one statement (data-modifying CTEs): a
 statement is a round trip there, and a branch closes its slice, and a step is charged, while
-the run's row lock is held, which the run's other branches queue on.
+the run's row lock is held, which the run's other branches queue on. There a step's charge and
+a branch's slice close may also wait for the run's next commit in the transaction and be
+written by its compare-and-set (``charge_with_commit``, ``close_slice_with_commit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import ClassVar
 
 from sqlalchemy import BigInteger, String, and_, bindparam, column, exists, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql.expression import CTE, ColumnElement
 
 from ira.core.budget import ROOT_SCOPE, BudgetBalance, BudgetDimension, Reservation
 from ira.core.errors import BudgetExhaustedError, NotFoundError
+from ira.runtime.store.database import before_commit, kept_by_transaction
 from ira.runtime.store.new_rows import InsertNew
 from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.schema import budget_accounts, budget_reservations
@@ -106,18 +112,28 @@ def _open_slices_pg() -> Select[tuple[str, int]]:
 _OPEN_SLICES_PG = _open_slices_pg()
 
 
-def _charge_pg() -> Select[tuple[int, int]]:
-    """PostgreSQL: ``charge`` in one statement: the reservation written settled if it is new,
-    and the account charged only then and only if the amount fits; answers (inserted, charged)."""
-    written = postgresql.insert(budget_reservations).values(
-        tenant_id=bindparam("k_tenant"), reservation_id=bindparam("k_rid"), run_id=bindparam("k_run"),
-        scope=bindparam("k_scope"), dimension=bindparam("k_dim"), amount=_AMOUNT, state="settled", used=_AMOUNT,
-        created_at=bindparam("n_at"), closed_at=bindparam("n_at"),
+def _charging(gate: CTE | None = None) -> tuple[CTE, CTE]:
+    """PostgreSQL: ``charge``'s writes as CTEs: the reservation written settled if it is new, and
+    the account charged only then and only if the amount fits. ``gate``: only if that CTE (the
+    run's compare-and-set, ``folded_cas``) has a row."""
+    values = select(bindparam("k_tenant", type_=String), bindparam("k_rid", type_=String),
+                    bindparam("k_run", type_=String), bindparam("k_scope", type_=String),
+                    bindparam("k_dim", type_=String), _AMOUNT, literal("settled", String), _AMOUNT,
+                    bindparam("n_at", type_=_res.created_at.type), bindparam("n_at", type_=_res.closed_at.type))
+    written = postgresql.insert(budget_reservations).from_select(
+        ["tenant_id", "reservation_id", "run_id", "scope", "dimension", "amount", "state", "used", "created_at",
+         "closed_at"], values if gate is None else values.where(exists(select(gate.c.run_id))),
     ).on_conflict_do_nothing().returning(_res.reservation_id).cte("charged_reservation")
     charged = update(budget_accounts).where(
         _ACCOUNT_KEY, _acc.limit_amount - _acc.settled - _acc.reserved >= _AMOUNT,
         exists(select(written.c.reservation_id)),
     ).values(settled=_acc.settled + _AMOUNT).returning(_acc.dimension).cte("charged_account")
+    return written, charged
+
+
+def _charge_pg() -> Select[tuple[int, int]]:
+    """PostgreSQL: ``charge`` in one statement (``_charging``); answers (inserted, charged)."""
+    written, charged = _charging()
     return select(select(func.count()).select_from(written).scalar_subquery().label("inserted"),
                   select(func.count()).select_from(charged).scalar_subquery().label("charged"))
 
@@ -125,11 +141,13 @@ def _charge_pg() -> Select[tuple[int, int]]:
 _CHARGE_PG = _charge_pg()
 
 
-def _close_slice_pg() -> Update:
+def _close_slice_pg(gate: CTE | None = None) -> Update:
     """PostgreSQL: ``close_slice`` in one statement: the slice's parent reservations settled
     (``_CLOSE_SLICE``) and their holds moved from reserved to settled on the root, summed per
-    account (an UPDATE .. FROM applies one source row per target row)."""
-    closed = _CLOSE_SLICE.cte("closed_parents")
+    account (an UPDATE .. FROM applies one source row per target row). ``gate``: only if that
+    CTE (the run's compare-and-set, ``folded_cas``) has a row."""
+    closing = _CLOSE_SLICE if gate is None else _CLOSE_SLICE.where(exists(select(gate.c.run_id)))
+    closed = closing.cte("closed_parents")
     per_account = select(closed.c.run_id, closed.c.scope, closed.c.dimension,
                          func.sum(closed.c.amount).label("amount"), func.sum(closed.c.used).label("used")) \
         .group_by(closed.c.run_id, closed.c.scope, closed.c.dimension).cte("closed_holds")
@@ -147,6 +165,7 @@ async def open_account(
     *, scope: str = ROOT_SCOPE, parent_reservations: Mapping[BudgetDimension, str] | None = None,
 ) -> None:
     """Create an account with one row per dimension (the root at run creation, or a slice)."""
+    await send_waiting(conn)
     parents = parent_reservations or {}
     await write_later(conn, _INSERT_ACCOUNTS, [
         {"tenant_id": tenant_id, "run_id": run_id, "scope": scope, "dimension": dim, "limit_amount": limit,
@@ -187,6 +206,7 @@ async def reserve(
     """Hold ``amount``; idempotent on ``reservation_id``; BudgetExhaustedError if it does not fit."""
     if amount < 0:
         raise ValueError("a reservation cannot be negative")
+    await send_waiting(conn)
     row = _reservation_row(tenant_id, run_id, scope, dimension, amount, reservation_id=reservation_id, at=at)
     if not await _insert_reservations(conn, [row]):
         return await get_reservation(conn, tenant_id, reservation_id)
@@ -205,6 +225,12 @@ async def charge(
     if it does not fit."""
     if amount < 0:
         raise ValueError("a charge cannot be negative")
+    await send_waiting(conn)
+    await _charge(conn, tenant_id, run_id, dimension, amount, reservation_id=reservation_id, at=at, scope=scope)
+
+
+async def _charge(conn: AsyncConnection, tenant_id: str, run_id: str, dimension: BudgetDimension, amount: int,
+                  *, reservation_id: str, at: datetime, scope: str) -> None:
     if conn.dialect.name == "postgresql":
         outcome = (await conn.execute(_CHARGE_PG, {
             "k_tenant": tenant_id, "k_rid": reservation_id, "k_run": run_id, "k_scope": scope, "k_dim": dimension,
@@ -226,6 +252,7 @@ async def settle(
 
     Usage above the reservation is still charged: the cost was real (retries, re-samples).
     """
+    await send_waiting(conn)
     row = (await conn.execute(_SETTLE, {"k_tenant": tenant_id, "k_rid": reservation_id, "n_state": state,
                                         "n_used": used, "n_at": at})).first()
     if row is None:
@@ -265,6 +292,7 @@ async def open_slices(
     (on PostgreSQL all three in one statement, ``_OPEN_SLICES_PG``). Idempotent per slice
     dimension: its reservation id is deterministic and written with its account, so a dimension
     already funded is skipped. BudgetExhaustedError if the root can't hold them all."""
+    await send_waiting(conn)
     wanted = {(scope, dim): f"slice:{run_id}:{scope}:{dim.value}"  # reservation ids are unique per tenant
               for scope, limits in slices.items() for dim in limits}
     if conn.dialect.name == "postgresql":
@@ -296,6 +324,11 @@ async def close_slice(conn: AsyncConnection, tenant_id: str, run_id: str, scope:
     """Settle the slice on the root with what the branch used (holds still open count as used).
     On PostgreSQL one statement (``_CLOSE_SLICE_PG``): a branch makes this call while it holds
     its run's row lock, which its run's other branches queue on."""
+    await send_waiting(conn)
+    await _close_slice(conn, tenant_id, run_id, scope, at=at)
+
+
+async def _close_slice(conn: AsyncConnection, tenant_id: str, run_id: str, scope: str, *, at: datetime) -> None:
     params = {"k_tenant": tenant_id, "k_run": run_id, "k_scope": scope, "n_at": at}
     if conn.dialect.name == "postgresql":
         await conn.execute(_CLOSE_SLICE_PG, params)
@@ -304,7 +337,133 @@ async def close_slice(conn: AsyncConnection, tenant_id: str, run_id: str, scope:
     await _unhold(conn, tenant_id, [(r.run_id, r.scope, r.dimension, r.amount, r.used) for r in rows])
 
 
+# Writes that ride in the run's compare-and-set (PostgreSQL) -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingCharge:
+    """A ``charge`` waiting for its run's next commit in the transaction."""
+
+    KIND: ClassVar[str] = "charge"
+    tenant_id: str
+    run_id: str
+    dimension: BudgetDimension
+    amount: int
+    reservation_id: str
+    at: datetime
+    scope: str
+
+    def params(self) -> dict[str, object]:
+        return {"k_rid": self.reservation_id, "k_scope": self.scope, "k_dim": self.dimension,
+                "n_amount": self.amount, "n_at": self.at}
+
+    async def send(self, conn: AsyncConnection) -> None:
+        await _charge(conn, self.tenant_id, self.run_id, self.dimension, self.amount,
+                      reservation_id=self.reservation_id, at=self.at, scope=self.scope)
+
+    async def check(self, conn: AsyncConnection, short: bool) -> None:
+        """Raise as ``charge`` does if the commit that carried it found that it did not fit."""
+        if short:
+            balance = await get_balance(conn, self.tenant_id, self.run_id, self.dimension, scope=self.scope)
+            raise BudgetExhaustedError(self.dimension.value, self.amount, balance.available)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingClose:
+    """A ``close_slice`` waiting for its run's next commit in the transaction."""
+
+    KIND: ClassVar[str] = "close_slice"
+    tenant_id: str
+    run_id: str
+    scope: str
+    at: datetime
+
+    def params(self) -> dict[str, object]:
+        return {"k_scope": self.scope, "n_at": self.at}
+
+    async def send(self, conn: AsyncConnection) -> None:
+        await _close_slice(conn, self.tenant_id, self.run_id, self.scope, at=self.at)
+
+    async def check(self, conn: AsyncConnection, short: bool) -> None:
+        """A slice's close always fits: it settles what the slice held."""
+
+
+Waiting = WaitingCharge | WaitingClose
+_WAITING = "ira.budget.waiting"
+"""``database.kept_by_transaction`` key: the transaction's ledger writes waiting for a commit."""
+CHARGE_SHORT = "charge_short"
+"""The column of a commit that carried a charge: True if it did not fit (nothing was charged)."""
+
+
+async def charge_with_commit(
+    conn: AsyncConnection, tenant_id: str, run_id: str, dimension: BudgetDimension, amount: int,
+    *, reservation_id: str, at: datetime, scope: str = ROOT_SCOPE,
+) -> None:
+    """``charge``, written by the next commit of the run in this transaction (``runs.commit``,
+    its compare-and-set as ``folded_cas`` builds it), which raises BudgetExhaustedError if it did
+    not fit; at once where it cannot wait (SQLite, outside a ``Database.transaction``)."""
+    if amount < 0:
+        raise ValueError("a charge cannot be negative")
+    await _wait_or_send(conn, WaitingCharge(tenant_id, run_id, dimension, amount, reservation_id, at, scope))
+
+
+async def close_slice_with_commit(conn: AsyncConnection, tenant_id: str, run_id: str, scope: str, *,
+                                  at: datetime) -> None:
+    """``close_slice``, written by the next commit of the run in this transaction, as
+    :func:`charge_with_commit`."""
+    await _wait_or_send(conn, WaitingClose(tenant_id, run_id, scope, at))
+
+
+async def _wait_or_send(conn: AsyncConnection, write: Waiting) -> None:
+    kept = kept_by_transaction(conn) if conn.dialect.name == "postgresql" else None
+    if kept is None:
+        await send_waiting(conn)
+        await write.send(conn)
+        return
+    waiting: list[Waiting] | None = kept.get(_WAITING)
+    if waiting is None:
+        waiting = kept[_WAITING] = []
+        before_commit(conn, lambda: send_waiting(conn))  # a transaction that made no such commit
+    waiting.append(write)
+
+
+async def send_waiting(conn: AsyncConnection) -> None:
+    """The ledger writes still waiting in ``conn``'s transaction, each on its own, in order:
+    before any other statement of the ledger (which would not see them) and before COMMIT."""
+    kept = kept_by_transaction(conn)
+    waiting: list[Waiting] | None = kept.get(_WAITING) if kept is not None else None
+    while waiting:
+        await waiting.pop(0).send(conn)
+
+
+async def take_waiting(conn: AsyncConnection, tenant_id: str, run_id: str) -> Waiting | None:
+    """The waiting write a commit of run ``run_id`` carries: the last one, if it is that run's;
+    the others go out first, on their own (two writes of one account in one statement would
+    apply one of them)."""
+    kept = kept_by_transaction(conn)
+    waiting: list[Waiting] | None = kept.get(_WAITING) if kept is not None else None
+    if not waiting:
+        return None
+    last = waiting[-1]
+    carried = waiting.pop() if (last.tenant_id, last.run_id) == (tenant_id, run_id) else None
+    await send_waiting(conn)
+    return carried
+
+
+def carried_writes(kind: str, gate: CTE) -> tuple[list[CTE], ColumnElement[bool] | None]:
+    """A waiting write of ``kind`` (its ``KIND``) as data-modifying CTEs of the statement whose ``gate`` CTE is
+    the run's compare-and-set: they write only if it took the run's row, and after it, as the
+    statement reads it first (the run's row before the budget's, every writer's lock order);
+    and for a charge the ``CHARGE_SHORT`` column. Its parameters: ``Waiting.params``."""
+    if kind == WaitingCharge.KIND:
+        written, charged = _charging(gate)
+        short = and_(exists(select(written.c.reservation_id)), ~exists(select(charged.c.dimension)))
+        return [written, charged], short.label(CHARGE_SHORT)
+    return [_close_slice_pg(gate).cte("closed_accounts")], None
+
+
 async def get_reservation(conn: AsyncConnection, tenant_id: str, reservation_id: str) -> Reservation:
+    await send_waiting(conn)
     row = (await conn.execute(select(budget_reservations).where(
         _res.tenant_id == tenant_id, _res.reservation_id == reservation_id))).first()
     if row is None:
@@ -318,6 +477,7 @@ async def get_reservation(conn: AsyncConnection, tenant_id: str, reservation_id:
 async def get_balance(
     conn: AsyncConnection, tenant_id: str, run_id: str, dimension: BudgetDimension, *, scope: str = ROOT_SCOPE
 ) -> BudgetBalance:
+    await send_waiting(conn)
     row = (await conn.execute(select(budget_accounts).where(_account(tenant_id, run_id, scope, dimension)))).first()
     if row is None:
         raise NotFoundError(f"no {dimension.value} budget for run {run_id} scope {scope}")
@@ -327,6 +487,7 @@ async def get_balance(
 async def list_balances(
     conn: AsyncConnection, tenant_id: str, run_id: str, *, scope: str = ROOT_SCOPE
 ) -> list[BudgetBalance]:
+    await send_waiting(conn)
     rows = (await conn.execute(select(budget_accounts).where(
         _acc.tenant_id == tenant_id, _acc.run_id == run_id, _acc.scope == scope).order_by(_acc.dimension))).all()
     return [BudgetBalance(dimension=r.dimension, limit=r.limit_amount, reserved=r.reserved, settled=r.settled)

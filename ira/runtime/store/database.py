@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -90,6 +90,8 @@ class _Written:
     messages: list[OutboxMessage] = field(default_factory=list)
     taken: dict[str, tuple[CommitListener, OutboxMessage]] = field(default_factory=dict)
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    before_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    kept: dict[str, Any] = field(default_factory=dict)
 
 
 def take_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> dict[str, str]:
@@ -162,6 +164,27 @@ def after_commit(conn: AsyncConnection, callback: Callable[[], None]) -> bool:
         return False
     written.after_commit.append(callback)
     return True
+
+
+def before_commit(conn: AsyncConnection, callback: Callable[[], Awaitable[None]]) -> bool:
+    """Await ``callback`` in ``conn``'s transaction (a ``Database.transaction``) right before it
+    commits, after the block's last statement: writes that waited for a later statement of the
+    transaction and got none (an exception it raises rolls the transaction back). False (and no
+    call) where the transaction is not one that can tell."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None:
+        return False
+    written.before_commit.append(callback)
+    return True
+
+
+def kept_by_transaction(conn: AsyncConnection) -> dict[str, Any] | None:
+    """A dict that lives exactly as long as ``conn``'s transaction (a ``Database.transaction``),
+    for what its writers keep between statements; dropped with it, committed or not (the
+    connection's own ``info`` outlives it, into the next transaction on that connection). None
+    outside one."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    return written.kept if written is not None else None
 
 
 def tells_commit(conn: AsyncConnection) -> bool:
@@ -321,6 +344,8 @@ class Database:
                 # connection, and reaching ``conn.info`` then would raise over the cancellation
                 with _marked(conn.info, _WRITTEN, written), self._later(conn):
                     yield conn
+                    for sending in written.before_commit:
+                        await sending()
                     await pg_fast.flush_later(conn)  # the inserts still waiting, before COMMIT
             committed = True
         finally:

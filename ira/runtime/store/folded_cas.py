@@ -19,7 +19,11 @@ as data-modifying CTEs:
 * its outbox rows, when the run's trace context, which the messages carry, is known before the
   row comes back (``run_traces``): ``INSERT INTO outbox .. SELECT`` as the events, in order. The
   listeners take their messages before the statement and act on them after the commit's other
-  writes (``settle_taken``), as ``outbox.enqueue`` does.
+  writes (``settle_taken``), as ``outbox.enqueue`` does;
+* a ledger write that waited in the transaction for this commit (``budget.take_waiting``: a
+  step's one-unit charge, a branch's slice close), which took a round trip of its own while the
+  transaction held the run's row; read after the UPDATE took that row, so the budget's rows are
+  locked after the run's, and a charge that did not fit comes back as ``budget.CHARGE_SHORT``.
 
 A refused compare-and-set returns no row, and no CTE writes (each reads the UPDATE's row);
 the caller raises as before (``runs._explain_refusal``). A promotion the step's state refused
@@ -62,6 +66,7 @@ from ira.core.commit import EventDraft, StepChange
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.states import StepState
+from ira.runtime.store import budget
 from ira.runtime.store.schema import attempts, events, outbox, steps
 from ira.runtime.store.step_changes import sources_of
 from ira.runtime.store.steps import CLAIMABLE_RUN_STATES
@@ -72,14 +77,20 @@ PROMOTED = "promoted"
 
 @cache
 def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_outbox: bool = False,
-                with_claim: bool = False) -> Select[Any]:
+                with_claim: bool = False, carrying: str | None = None) -> Select[Any]:
     """``bump`` (the compare-and-set, ``RETURNING`` the run's columns) with the INSERT of its
     events, the UPDATE of its promotions, the INSERT of its outbox rows: the run's row back
     (with ``PROMOTED``), or none if refused. ``with_claim``: one of the promotions is claimed
-    by it too (``claims_at_promotion``), its row back in the ``CLAIMED_`` columns. Built once
-    per shape."""
+    by it too (``claims_at_promotion``), its row back in the ``CLAIMED_`` columns.
+    ``carrying``: a ledger write of that ``KIND`` waiting for this commit (``budget.take_waiting``),
+    written by it (with ``budget.CHARGE_SHORT`` for a charge). Built once per shape."""
     bumped = bump.cte("bumped")
-    writes = []
+    writes: list[Any] = []
+    columns: list[Any] = [bumped]
+    if carrying is not None:
+        carried, short = budget.carried_writes(carrying, bumped)
+        writes += carried
+        columns += [short] if short is not None else []
     if with_events:
         drafts = func.unnest(
             bindparam("e_ids", type_=ARRAY(String)), bindparam("e_types", type_=ARRAY(String)),
@@ -95,7 +106,6 @@ def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_out
         ).cte("appended"))
     if with_outbox:
         writes.append(_enqueued(bumped))
-    columns: list[Any] = [bumped]
     claimed = None
     if with_promotions:
         promoted = update(steps).where(

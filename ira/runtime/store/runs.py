@@ -26,7 +26,7 @@ from ira.core.redact import Redactor
 from ira.core.run import Claim, Run, RunEvent, Step
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
-from ira.runtime.store import run_traces
+from ira.runtime.store import budget, run_traces
 from ira.runtime.store.claimed_inserts import claims_at_insert, claims_at_promotion
 from ira.runtime.store.database import settle_taken
 from ira.runtime.store.folded_cas import CLAIMED_, PROMOTED, event_params, folded_bump, outbox_params, promotion_params
@@ -123,10 +123,14 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
     enqueued = _folded_outbox(conn, rest, at=at) if folds and rest.outbox else None
     claiming = claims_at_promotion(conn, change.run_id, rest.outbox, promoted, enqueued[1]) \
         if enqueued and promoted else None
+    carried = await budget.take_waiting(conn, change.tenant_id, change.run_id) if folds else None
     row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted,
-                              rows=enqueued[0] if enqueued else (), claim=claiming[1] if claiming else None)
+                              rows=enqueued[0] if enqueued else (), claim=claiming[1] if claiming else None,
+                              carried=carried)
     if row is None:
         await _explain_refusal(conn, rest)
+    if carried is not None:
+        await carried.check(conn, bool(row._mapping.get(budget.CHARGE_SHORT)))
     if promoted:
         await refuse_unapplied(conn, change.tenant_id, change.run_id, promoted, row._mapping[PROMOTED] or ())
     run = run_from_row(row)
@@ -204,12 +208,13 @@ def _sources_of(target: RunState) -> list[RunState]:
 
 async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False,
                         promoted: Sequence[StepChange] = (), rows: Sequence[dict[str, object]] = (),
-                        claim: Claim | None = None) -> Row[Any] | None:
+                        claim: Claim | None = None, carried: budget.Waiting | None = None) -> Row[Any] | None:
     """The compare-and-set: the run's new row, or None if refused. PostgreSQL (``folded_cas``):
     ``with_events``, the change's events are appended by the same statement; ``promoted``, these
     promotions are applied by it too (the row's ``PROMOTED`` lists those it took); ``rows``, these
     outbox rows (``outbox.outbox_rows``) are inserted by it; ``claim``, the promoted step it
-    names is claimed by it (``claimed_inserts.claims_at_promotion``)."""
+    names is claimed by it (``claimed_inserts.claims_at_promotion``); ``carried``, this ledger
+    write waiting for the commit is written by it (``budget.take_waiting``)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "n_events": len(change.events), "now": at}
     if change.expected_version is not None:
@@ -219,7 +224,9 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
     statement = _bump_statement(change.state, change.outcome is not None, change.expected_version is not None)
-    if with_events or promoted or rows:
+    if with_events or promoted or rows or carried is not None:
+        if carried is not None:
+            params.update(carried.params())
         if with_events:
             params.update(event_params(change.events, SHAPES))
         if promoted:
@@ -229,7 +236,8 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
                           c_attempt=claim.attempt_id)
         if rows:
             params.update(outbox_params(rows))
-        folded = folded_bump(statement, with_events, bool(promoted), bool(rows), claim is not None)
+        folded = folded_bump(statement, with_events, bool(promoted), bool(rows), claim is not None,
+                             carried.KIND if carried is not None else None)
         return (await conn.execute(folded, params)).first()
     return (await conn.execute(statement, params)).first()
 
