@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
 
 from ira.coordinator import records
 from ira.coordinator.config import WorkflowConfig
@@ -19,13 +20,14 @@ from ira.core.commit import Fence
 from ira.core.errors import ConcurrentUpdateError, NotFoundError, StaleEpochError
 from ira.core.events import RunEventType
 from ira.core.model import Model
-from ira.core.run import Claim, Run
-from ira.runtime.store import budget
+from ira.core.run import Claim, Run, Step
+from ira.runtime.store import budget, steps
 from ira.runtime.store.artifact_cache import cache_of, remember
 from ira.runtime.store.artifacts import get_artifact, put_artifact
-from ira.runtime.store.rows import run_from_row
+from ira.runtime.store.rows import run_from_mapping, run_from_row, step_from_row
 from ira.runtime.store.schema import artifacts, events
 from ira.runtime.store.schema import runs as runs_table
+from ira.runtime.store.schema import steps as steps_table
 
 M = TypeVar("M", bound=Model)
 T = TypeVar("T")
@@ -73,6 +75,44 @@ async def on_known_run(known: Run | None, attempt: Callable[[Run | None], Awaita
 _LOCK_RUN = select(runs_table).where(runs_table.c.tenant_id == bindparam("k_tenant"),
                                      runs_table.c.run_id == bindparam("k_run")).with_for_update()
 """Built once (see ira/runtime/store/steps.py on why hot statements are)."""
+
+
+async def lock_run_with_plan(conn: AsyncConnection, tenant_id: str, run_id: str) -> tuple[Run, list[Step]]:
+    """:func:`lock_run` and the run's steps (``steps.list_steps``): on PostgreSQL in one statement
+    (``_LOCK_RUN_WITH_PLAN``, a round trip fewer on the join's way), whose steps are as of the
+    statement's start, before any wait for the run's row: where the lock found a version newer
+    than that snapshot held (a commit of the run came in meanwhile), the steps are read again,
+    after the lock. Changes that commit no version of the run (a claim, a lease renewed) may
+    then be older than the lock: for a caller that judges finished steps (the join)."""
+    if conn.dialect.name != "postgresql":
+        return await lock_run(conn, tenant_id, run_id), await steps.list_steps(conn, tenant_id, run_id)
+    rows = (await conn.execute(_LOCK_RUN_WITH_PLAN, {"k_tenant": tenant_id, "k_run": run_id})).all()
+    if not rows:
+        raise NotFoundError(f"run {run_id} not found")
+    first = rows[0]._mapping
+    run = run_from_mapping({c.name: first[_RUN_ + c.name] for c in runs_table.c})
+    if first["snapshot_version"] != run.state_version:
+        return run, await steps.list_steps(conn, tenant_id, run_id)
+    return run, [step_from_row(r) for r in rows if r.step_id is not None]
+
+
+_RUN_ = "run_"
+"""The prefix of ``_LOCK_RUN_WITH_PLAN``'s columns that hold the locked run's."""
+
+
+def _lock_run_with_plan() -> Select[Any]:
+    """PostgreSQL: the run's row locked (``_LOCK_RUN``, a CTE: taken before anything is read of
+    it) joined with its steps (none: one row of NULLs), each row with the run's version in the
+    statement's snapshot (``snapshot_version``)."""
+    locked = _LOCK_RUN.cte("locked")
+    snapshot = select(runs_table.c.state_version).where(
+        runs_table.c.tenant_id == bindparam("k_tenant"), runs_table.c.run_id == bindparam("k_run")).scalar_subquery()
+    its_steps = and_(steps_table.c.tenant_id == locked.c.tenant_id, steps_table.c.run_id == locked.c.run_id)
+    return select(*(locked.c[c.name].label(_RUN_ + c.name) for c in runs_table.c), snapshot.label("snapshot_version"),
+                  *steps_table.c).select_from(locked.outerjoin(steps_table, its_steps)).order_by(steps_table.c.step_id)
+
+
+_LOCK_RUN_WITH_PLAN = _lock_run_with_plan()
 
 
 def fence(claim: Claim) -> Fence:

@@ -34,6 +34,7 @@ from ira.coordinator.facts import (
     load_model,
     load_models,
     lock_run,
+    lock_run_with_plan,
     on_known_run,
     store_json,
     version_with_draft,
@@ -137,8 +138,9 @@ async def join(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
 
 async def _join(deps: Deps, conn: AsyncConnection, ctx: StepContext, claimed: bool, *, then: bool) -> None:
     now, c = deps.clock.now(), ctx.claim
-    run = await _run_for(conn, ctx, claimed)
-    branches = latest_attempts(await steps.list_steps(conn, c.tenant_id, c.run_id))
+    run, plan = (ctx.run, await steps.list_steps(conn, c.tenant_id, c.run_id)) if claimed else \
+        await lock_run_with_plan(conn, c.tenant_id, c.run_id)
+    branches = latest_attempts(plan)
     results = await load_models(conn, c.tenant_id, (s.result_ref for s in branches), model=BranchResult)
     outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
     policy = DRAFT_ANYWAY if await _drafting_anyway(conn, ctx, run) else deps.config.on_required_failure
@@ -207,8 +209,7 @@ async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: 
     now, c = deps.clock.now(), ctx.claim
     report = await _report(conn, run, joined)
     report_ref = await store_json(conn, c.tenant_id, canonical_json(report), config=deps.config, at=now)
-    previous = await records.current_draft(conn, c.tenant_id, c.run_id)
-    version = await version_with_draft(conn, run, previous)
+    previous, version = await gate.draft_and_version(conn, run)
     draft = compose_draft(report, report_ref=report_ref.ref, tenant_id=c.tenant_id, incident_version=version,
                           redactor=deps.config.redactor)
     draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)

@@ -13,7 +13,11 @@ from ira.runtime.store import run_traces
 
 def run_from_row(row: Row[Any]) -> Run:
     """The run of ``row``; its trace context is remembered (``run_traces``)."""
-    m = row._mapping
+    return run_from_mapping(row._mapping)
+
+
+def run_from_mapping(m: Mapping[Any, Any]) -> Run:
+    """The run of a row's mapping (``run_from_row``)."""
     run = Run(
         run_id=m["run_id"], tenant_id=m["tenant_id"], task_id=m["task_id"], workflow=m["workflow"],
         state=m["state"], wait_kind=m["wait_kind"], state_version=m["state_version"], last_seq=m["last_seq"],
