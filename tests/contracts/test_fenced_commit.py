@@ -18,7 +18,7 @@ from ira.core.events import RunEventType
 from ira.core.ids import new_id
 from ira.core.run import Claim
 from ira.core.states import RunState, StepState
-from ira.runtime.store import runs, steps
+from ira.runtime.store import known_plans, runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
 from ira.runtime.store.schema import runs as runs_table
@@ -148,19 +148,25 @@ def running(claim: Claim) -> Iterator[steps.RunningAttempt]:
         steps.RUNNING_ATTEMPT.reset(token)
 
 
-async def test_the_attempt_a_fenced_commit_finishes_ends_in_the_steps_update_on_postgresql(db: Database) -> None:
+@pytest.mark.parametrize("plan_known", [True, False])
+async def test_the_attempt_a_fenced_commit_finishes_ends_in_the_steps_update_on_postgresql(
+        db: Database, plan_known: bool) -> None:
     run = await create(db)
     claim = await _claim(db, run.run_id, "w", T0)
     assert claim is not None
+    if not plan_known:  # a run another process created, or one from before a restart
+        known_plans.forget_all()
     with running(claim) as attempt, statements(db) as seen:
         async with db.transaction() as conn:
             await runs.commit(conn, finishing(run.run_id, claim), at=T0)
     attempt_updates = [s for s in seen if s.lstrip().upper().startswith("UPDATE ATTEMPTS")]
-    # the step's UPDATE (+ the attempt's end and the plan read on PostgreSQL), the run's
-    # compare-and-set (+ the events, the join made ready and its wake-up on PostgreSQL);
-    # SQLite: + the plan read, the join made ready, the events, the wake-up, the attempt's end
+    # PostgreSQL, the plan known (this process created the run: known_plans): the run's
+    # compare-and-set with the step's UPDATE, the attempt's end, the events, the join made ready
+    # and its wake-up; not known: the step's UPDATE (+ the attempt's end and the plan read), then
+    # the compare-and-set (+ the rest); SQLite: + the plan read, the join made ready, the events,
+    # the wake-up, the attempt's end
     postgres = db.engine.dialect.name == "postgresql"
-    assert (len(seen), len(attempt_updates)) == ((2, 0) if postgres else (7, 1))
+    assert (len(seen), len(attempt_updates)) == (((1 if plan_known else 2), 0) if postgres else (7, 1))
     assert attempt.ended
     async with db.reader() as conn:
         assert await _ended_at(conn, claim) == ("finished", T0)

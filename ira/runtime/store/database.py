@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -91,6 +91,7 @@ class _Written:
     taken: dict[str, tuple[CommitListener, OutboxMessage]] = field(default_factory=dict)
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     before_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    after_end: list[Callable[[], None]] = field(default_factory=list)
     kept: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,6 +111,18 @@ def take_written(conn: AsyncConnection, messages: Sequence[OutboxMessage]) -> di
                 written.taken[message.envelope.message_id] = (listener, message)
                 break
     return taken
+
+
+def untake_written(conn: AsyncConnection, message_ids: Iterable[str]) -> None:
+    """Undo ``take_written`` for the messages the transaction will not write after all (a
+    statement that was to write them was refused and wrote nothing): the listeners that took
+    one hear it abandoned, and the commit does not announce them."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    ids = set(message_ids)
+    if written is None or not ids:
+        return
+    written.messages[:] = [m for m in written.messages if m.envelope.message_id not in ids]
+    _tell_abandoned(_Written(listeners=[], taken={i: written.taken.pop(i) for i in ids if i in written.taken}))
 
 
 async def settle_taken(conn: AsyncConnection, taken: dict[str, str],
@@ -175,6 +188,27 @@ def before_commit(conn: AsyncConnection, callback: Callable[[], Awaitable[None]]
     if written is None:
         return False
     written.before_commit.append(callback)
+    return True
+
+
+def must_not_commit(conn: AsyncConnection, error: Exception) -> None:
+    """``conn``'s transaction (a ``Database.transaction``) wrote what it must not keep: it raises
+    ``error`` instead of committing, whatever its caller does after (a caller that caught an
+    error of a statement and went on)."""
+
+    async def refuse() -> None:
+        raise error
+
+    before_commit(conn, refuse)
+
+
+def when_ended(conn: AsyncConnection, callback: Callable[[], None]) -> bool:
+    """Call ``callback`` once ``conn``'s transaction (a ``Database.transaction``) ended, committed
+    or not; False (and no call) where the transaction is not one that can tell."""
+    written: _Written | None = conn.info.get(_WRITTEN)
+    if written is None:
+        return False
+    written.after_end.append(callback)
     return True
 
 
@@ -351,6 +385,11 @@ class Database:
         finally:
             if not committed:
                 _tell_abandoned(written)
+            for ended in written.after_end:
+                try:
+                    ended()
+                except Exception:
+                    log.exception("an end-of-transaction callback failed")
         if self.wal_checkpointer is not None:
             self.wal_checkpointer.written()
         for callback in written.after_commit:

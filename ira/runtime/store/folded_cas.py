@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     JSON,
@@ -77,16 +77,26 @@ PROMOTED = "promoted"
 
 @cache
 def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_outbox: bool = False,
-                with_claim: bool = False, carrying: str | None = None) -> Select[Any]:
+                with_claim: bool = False, carrying: str | None = None, fenced: FencedShape | None = None
+                ) -> Select[Any]:
     """``bump`` (the compare-and-set, ``RETURNING`` the run's columns) with the INSERT of its
     events, the UPDATE of its promotions, the INSERT of its outbox rows: the run's row back
     (with ``PROMOTED``), or none if refused. ``with_claim``: one of the promotions is claimed
     by it too (``claims_at_promotion``), its row back in the ``CLAIMED_`` columns.
     ``carrying``: a ledger write of that ``KIND`` waiting for this commit (``budget.take_waiting``),
-    written by it (with ``budget.CHARGE_SHORT`` for a charge). Built once per shape."""
+    written by it (with ``budget.CHARGE_SHORT`` for a charge). ``fenced``: the fenced step's own
+    change (``known_plans``: a commit on a plan this process knows), written by it after the run's
+    row as ``step_changes.apply_fenced`` writes it (with the attempt's end), ``FENCED_TOOK``
+    saying whether the fence let it. Built once per shape."""
+    if fenced is not None:  # a stale fence seen before the statement: refused, nothing written
+        bump = bump.where(_fence_holds(fenced.target))
     bumped = bump.cte("bumped")
     writes: list[Any] = []
     columns: list[Any] = [bumped]
+    if fenced is not None:
+        fenced_writes, took = _fenced_change(bumped, fenced)
+        writes += fenced_writes
+        columns.append(took)
     if carrying is not None:
         carried, short = budget.carried_writes(carrying, bumped)
         writes += carried
@@ -123,6 +133,74 @@ def folded_bump(bump: Update, with_events: bool, with_promotions: bool, with_out
             columns += [c.label(CLAIMED_ + c.name) for c in claimed.c]
     folded = select(*columns).add_cte(*writes)
     return folded if claimed is None else folded.select_from(bumped.outerjoin(claimed, true()))
+
+
+class FencedShape(NamedTuple):
+    """The shape of a fenced step's change riding in the compare-and-set (``folded_bump``)."""
+
+    with_result_ref: bool
+    release_claim: bool
+    with_depends_on: bool
+    target: StepState
+    ending: bool
+    """The running attempt ends with it (``steps.attempt_ended_by``)."""
+
+
+FENCED_TOOK = "fenced_took"
+"""The column of a statement with a fenced change: whether the fence let the step's UPDATE write."""
+
+
+def _fence_holds(target: StepState) -> Any:
+    """The fenced step, as the statement's snapshot holds it, has the writer's epoch and may move
+    to ``target``: the compare-and-set's own condition, so that a fence found stale before the
+    statement refuses the whole of it. It does not lock the step's row (the run's comes first):
+    a claim that took the step between the snapshot and the run's lock is found by the step's
+    UPDATE (``FENCED_TOOK`` false) after the compare-and-set wrote."""
+    return exists(select(steps.c.step_id).where(
+        steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
+        steps.c.step_id == bindparam("f_step"), steps.c.owner_epoch == bindparam("f_epoch"),
+        steps.c.state.in_(sources_of(target))))
+
+
+def _fenced_change(bumped: Any, shape: FencedShape) -> tuple[list[Any], Any]:
+    """The fenced step's conditional UPDATE (its legal source states, its owner's epoch) once the
+    compare-and-set took the run's row, and its attempt's end once it wrote (``f_`` parameters)."""
+    values: dict[str, Any] = {"state": bindparam("f_state"), "updated_at": bindparam("now")}
+    if shape.with_result_ref:
+        values["result_ref"] = bindparam("f_result_ref")
+    if shape.release_claim:
+        values.update(owner=None, lease_until=None)
+    if shape.with_depends_on:
+        values["depends_on"] = bindparam("f_depends_on", type_=steps.c.depends_on.type)
+    changed = update(steps).where(
+        steps.c.tenant_id == bindparam("k_tenant"), steps.c.run_id == bindparam("k_run"),
+        steps.c.step_id == bindparam("f_step"), steps.c.state.in_(sources_of(shape.target)),
+        steps.c.owner_epoch == bindparam("f_epoch"), exists(select(bumped.c.run_id)),
+    ).values(**values).returning(steps.c.step_id).cte("changed")
+    writes = [changed]
+    if shape.ending:
+        writes.append(update(attempts).where(
+            attempts.c.tenant_id == bindparam("k_tenant"), attempts.c.attempt_id == bindparam("f_attempt"),
+            exists(select(changed.c.step_id)),
+        ).values(ended_at=bindparam("now"), outcome="finished", error=None).cte("ended"))
+    return writes, exists(select(changed.c.step_id)).label(FENCED_TOOK)
+
+
+def fenced_params(change: StepChange, epoch: int, attempt_id: str | None) -> dict[str, object]:
+    """``change`` of the fenced step as ``_fenced_change``'s parameters."""
+    params: dict[str, object] = {"f_step": change.step_id, "f_state": change.state, "f_epoch": epoch}
+    if change.result_ref is not None:
+        params["f_result_ref"] = change.result_ref
+    if change.depends_on is not None:
+        params["f_depends_on"] = list(change.depends_on)
+    if attempt_id is not None:
+        params["f_attempt"] = attempt_id
+    return params
+
+
+def fenced_shape(change: StepChange, ending: bool) -> FencedShape:
+    return FencedShape(change.result_ref is not None, change.release_claim, change.depends_on is not None,
+                       change.state, ending)
 
 
 CLAIMED_ = "claimed_"

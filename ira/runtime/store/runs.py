@@ -19,24 +19,41 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Update
 
-from ira.core.commit import EventDraft, NewRun, OutboxMessage, RunCommit, StepChange
+from ira.core.commit import EventDraft, Fence, NewRun, OutboxMessage, RunCommit, StepChange
 from ira.core.errors import ConcurrentUpdateError, NotFoundError
 from ira.core.ids import new_event_id
 from ira.core.redact import Redactor
 from ira.core.run import Claim, Run, RunEvent, Step
 from ira.core.states import RUN_TRANSITIONS, RunState, check_run_transition
 from ira.runtime import runtrace
-from ira.runtime.store import budget, run_traces
+from ira.runtime.store import budget, known_plans, run_traces
 from ira.runtime.store.claimed_inserts import claims_at_insert, claims_at_promotion
-from ira.runtime.store.database import settle_taken
-from ira.runtime.store.folded_cas import CLAIMED_, PROMOTED, event_params, folded_bump, outbox_params, promotion_params
+from ira.runtime.store.database import must_not_commit, settle_taken, untake_written
+from ira.runtime.store.folded_cas import (
+    CLAIMED_,
+    FENCED_TOOK,
+    PROMOTED,
+    event_params,
+    fenced_params,
+    fenced_shape,
+    folded_bump,
+    outbox_params,
+    promotion_params,
+)
 from ira.runtime.store.outbox import INSERT_OUTBOX as _INSERT_OUTBOX
 from ira.runtime.store.outbox import enqueue, outbox_rows
 from ira.runtime.store.pg_fast import write_later
 from ira.runtime.store.rows import event_from_row, run_from_row, step_from_mapping
 from ira.runtime.store.schema import events, runs, tasks
-from ira.runtime.store.step_changes import apply_fenced, apply_step_changes, refuse_unapplied, with_promotions
-from ira.runtime.store.steps import RUN_KEY, add_steps, end_attempt_in_commit, insert_steps
+from ira.runtime.store.step_changes import (
+    apply_fenced,
+    apply_step_changes,
+    explain_step_refusal,
+    foldable_attempt,
+    refuse_unapplied,
+    with_promotions,
+)
+from ira.runtime.store.steps import RUN_KEY, RunningAttempt, add_steps, end_attempt_in_commit, insert_steps
 
 # Prebuilt statements: see steps.py on why the per-step ones are built once.
 _SELECT_RUN = select(runs).where(RUN_KEY)
@@ -85,6 +102,8 @@ async def create_run(conn: AsyncConnection, new: NewRun, *, at: datetime, key_ch
     rows, taken = outbox_rows(conn, messages, at=at) if messages else ([], {})
     claims, woken = claims_at_insert(conn, new, messages, taken)
     inserted = await insert_steps(conn, new, at=at, claims=claims)
+    if conn.dialect.name == "postgresql":
+        known_plans.created(conn, new.tenant_id, new.run_id, known_plans.of_new_run(1, new.environment, new.steps))
     await _append_events(conn, new.tenant_id, new.run_id, new.events, first_seq=1, at=at)
     if rows:
         await write_later(conn, _INSERT_OUTBOX, rows)
@@ -113,26 +132,58 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
 
 
 async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
+    folds = conn.dialect.name == "postgresql"
+    known = known_plans.take(conn, change.tenant_id, change.run_id) if folds else None
+    carried = None
+    if known is not None and _on_known(change, known):  # one statement (known_plans)
+        carried = await budget.take_waiting(conn, change.tenant_id, change.run_id)
+        run = await _apply(conn, change, at=at, carried=carried, known=known)
+        if run is not None:
+            return run
+    run = await _apply(conn, change, at=at, carried=carried, base=known)
+    assert run is not None  # only a commit on a known plan comes back refused
+    return run
+
+
+def _on_known(change: RunCommit, known: known_plans.KnownPlan) -> bool:
+    """Whether ``change`` can apply on ``known`` in one statement: it expects the plan's version (or
+    none), and its fence, if any, is checked by a change of the fenced step (one)."""
+    if change.expected_version not in (None, known.version):
+        return False
+    return change.fence is None or sum(s.step_id == change.fence.step_id for s in change.steps) == 1
+
+
+async def _apply(conn: AsyncConnection, change: RunCommit, *, at: datetime, carried: budget.Waiting | None,
+                 known: known_plans.KnownPlan | None = None, base: known_plans.KnownPlan | None = None
+                 ) -> Run | None:
+    """The commit's statements. ``known``: on that plan, in one statement, None if its
+    compare-and-set was refused (nothing written); else the usual way, with ``carried`` taken
+    already if not None. ``base``: the plan this transaction knew of the run, if any."""
     finishing = {c.step_id: c.state for c in change.steps}
-    rest, attempt_ended, plan = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
+    folds = conn.dialect.name == "postgresql"
+    fenced: Fenced | None = None
+    if known is None:
+        rest, attempt_ended, plan = await apply_fenced(conn, change, at=at)  # the fence, the fenced step's changes
+        if folds and carried is None:
+            carried = await budget.take_waiting(conn, change.tenant_id, change.run_id)
+    else:
+        rest, fenced = _split_fenced(conn, change)
+        plan, attempt_ended = known.rows, fenced is not None and fenced[1] is not None
     unpromoted = len(rest.steps)
     rest = await with_promotions(conn, rest, finishing, at=at, plan=plan)
     # PostgreSQL: the events, the promotions and the outbox ride in the compare-and-set (folded_cas)
-    folds = conn.dialect.name == "postgresql"
     fold_events, promoted = folds and bool(rest.events), rest.steps[unpromoted:] if folds else ()
     enqueued = _folded_outbox(conn, rest, at=at) if folds and rest.outbox else None
     claiming = claims_at_promotion(conn, change.run_id, rest.outbox, promoted, enqueued[1]) \
         if enqueued and promoted else None
-    carried = await budget.take_waiting(conn, change.tenant_id, change.run_id) if folds else None
     row = await _bump_version(conn, rest, at=at, with_events=fold_events, promoted=promoted,
                               rows=enqueued[0] if enqueued else (), claim=claiming[1] if claiming else None,
-                              carried=carried)
-    if row is None:
-        await _explain_refusal(conn, rest)
-    if carried is not None:
-        await carried.check(conn, bool(row._mapping.get(budget.CHARGE_SHORT)))
-    if promoted:
-        await refuse_unapplied(conn, change.tenant_id, change.run_id, promoted, row._mapping[PROMOTED] or ())
+                              carried=carried, fenced=fenced, fence=change.fence,
+                              on_version=known.version if known is not None else None)
+    if row is None and known is not None:  # the run moved since that plan: the usual way
+        untake_written(conn, [str(r["message_id"]) for r in enqueued[0]] if enqueued else ())
+        return None
+    row = await _refusals(conn, change, rest, row, fenced=fenced, carried=carried, promoted=promoted)
     run = run_from_row(row)
     claimed = _claimed_at_promotion(row, claiming, run) if claiming else None
     await add_steps(conn, change.tenant_id, change.run_id, change.new_steps, at=at)
@@ -147,7 +198,48 @@ async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> 
         await _enqueue_as(conn, run, runtrace.stamp(rest.outbox, runtrace.parent_for(run.traceparent)), at=at)
     elif enqueued[1]:
         await _settle_as(conn, run, enqueued[1], claimed, promoted=True)
+    if folds:
+        known_plans.committed(conn, change.tenant_id, change.run_id, base=known or base, version=run.state_version,
+                              changes=(*change.steps, *rest.steps[unpromoted:]), added=change.new_steps,
+                              state=run.state)
     return run
+
+
+Fenced = tuple[StepChange, RunningAttempt | None]
+"""A fenced step's change written in the compare-and-set, with the attempt it ends (if folded)."""
+
+
+def _split_fenced(conn: AsyncConnection, change: RunCommit) -> tuple[RunCommit, Fenced | None]:
+    """``change`` without its fenced step's change (``_on_known``: one), and that change with
+    the attempt it ends, both to ride in the compare-and-set."""
+    if change.fence is None:
+        return change, None
+    mine = next(s for s in change.steps if s.step_id == change.fence.step_id)
+    rest = change.model_copy(update={"steps": tuple(s for s in change.steps if s is not mine)})
+    return rest, (mine, foldable_attempt(conn, change, 1))
+
+
+async def _refusals(conn: AsyncConnection, change: RunCommit, rest: RunCommit, row: Row[Any] | None, *,
+                    fenced: Fenced | None, carried: budget.Waiting | None, promoted: Sequence[StepChange]
+                    ) -> Row[Any]:
+    """The compare-and-set's row, once nothing it carried was refused; else raise why (the
+    caller's transaction rolls back what it wrote)."""
+    if row is None:
+        await _explain_refusal(conn, rest)
+    assert row is not None
+    if fenced is not None and not row._mapping[FENCED_TOOK]:  # taken over as it waited: the bump must go
+        try:
+            await explain_step_refusal(conn, change.tenant_id, change.run_id, fenced[0], change.fence)
+        except Exception as refused:
+            must_not_commit(conn, refused)
+            raise
+    if carried is not None:
+        await carried.check(conn, bool(row._mapping.get(budget.CHARGE_SHORT)))
+    if promoted:
+        await refuse_unapplied(conn, change.tenant_id, change.run_id, promoted, row._mapping[PROMOTED] or ())
+    if fenced is not None and fenced[1] is not None:
+        fenced[1].end_with(conn)
+    return row
 
 
 def _claimed_at_promotion(row: Row[Any], claiming: tuple[str, Claim], run: Run
@@ -208,25 +300,29 @@ def _sources_of(target: RunState) -> list[RunState]:
 
 async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetime, with_events: bool = False,
                         promoted: Sequence[StepChange] = (), rows: Sequence[dict[str, object]] = (),
-                        claim: Claim | None = None, carried: budget.Waiting | None = None) -> Row[Any] | None:
+                        claim: Claim | None = None, carried: budget.Waiting | None = None,
+                        fenced: Fenced | None = None, fence: Fence | None = None,
+                        on_version: int | None = None) -> Row[Any] | None:
     """The compare-and-set: the run's new row, or None if refused. PostgreSQL (``folded_cas``):
     ``with_events``, the change's events are appended by the same statement; ``promoted``, these
     promotions are applied by it too (the row's ``PROMOTED`` lists those it took); ``rows``, these
     outbox rows (``outbox.outbox_rows``) are inserted by it; ``claim``, the promoted step it
     names is claimed by it (``claimed_inserts.claims_at_promotion``); ``carried``, this ledger
-    write waiting for the commit is written by it (``budget.take_waiting``)."""
+    write waiting for the commit is written by it (``budget.take_waiting``); ``fenced``, the
+    fenced step's change (checked by ``fence``) and the attempt it ends are written by it;
+    ``on_version``: the version expected (the known plan's, ``known_plans``)."""
     params: dict[str, object] = {"k_tenant": change.tenant_id, "k_run": change.run_id,
                                  "n_events": len(change.events), "now": at}
-    if change.expected_version is not None:
-        params["k_version"] = change.expected_version
+    expected = change.expected_version if on_version is None else on_version
+    if expected is not None:
+        params["k_version"] = expected
     if change.state is not None:
         params.update(new_state=change.state, new_wait_kind=change.wait_kind)
     if change.outcome is not None:
         params["new_outcome"] = change.outcome
-    statement = _bump_statement(change.state, change.outcome is not None, change.expected_version is not None)
-    if with_events or promoted or rows or carried is not None:
-        if carried is not None:
-            params.update(carried.params())
+    statement = _bump_statement(change.state, change.outcome is not None, expected is not None)
+    if with_events or promoted or rows or carried is not None or fenced is not None:
+        params.update(_riding_params(carried, fenced, fence))
         if with_events:
             params.update(event_params(change.events, SHAPES))
         if promoted:
@@ -237,9 +333,21 @@ async def _bump_version(conn: AsyncConnection, change: RunCommit, *, at: datetim
         if rows:
             params.update(outbox_params(rows))
         folded = folded_bump(statement, with_events, bool(promoted), bool(rows), claim is not None,
-                             carried.KIND if carried is not None else None)
+                             carried.KIND if carried is not None else None,
+                             fenced_shape(fenced[0], fenced[1] is not None) if fenced is not None else None)
         return (await conn.execute(folded, params)).first()
     return (await conn.execute(statement, params)).first()
+
+
+def _riding_params(carried: budget.Waiting | None, fenced: Fenced | None, fence: Fence | None) -> dict[str, object]:
+    """The parameters of what rides in the compare-and-set besides its own writes: a ledger
+    write, the fenced step's change."""
+    params = carried.params() if carried is not None else {}
+    if fenced is not None:
+        assert fence is not None
+        params.update(fenced_params(fenced[0], fence.owner_epoch,
+                                    fenced[1].claim.attempt_id if fenced[1] is not None else None))
+    return params
 
 
 @cache

@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlalchemy import String, and_, any_, bindparam, cast, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select, Update
 
@@ -148,8 +147,10 @@ def _fenced_change(with_result_ref: bool, release_claim: bool, with_depends_on: 
     return select(changed.c.step_id).add_cte(*writes[1:])
 
 
-Plan = Sequence[Row[Any]]
-"""The run's steps with its environment (``_PLAN_AND_ENVIRONMENT``'s rows)."""
+Plan = Sequence[Any]
+"""The run's steps with its environment: ``_PLAN_AND_ENVIRONMENT``'s rows, or a plan this process
+knows (``known_plans.PlanRow`` rows): each with ``step_id``, ``kind``, ``state``, ``depends_on``,
+``environment``."""
 
 
 async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
@@ -177,7 +178,7 @@ async def apply_fenced(conn: AsyncConnection, change: RunCommit, *, at: datetime
     if not mine:
         await check_fence(conn, change.tenant_id, change.run_id, fence)
         return change, False, None
-    ending = _foldable_attempt(conn, change, len(mine))
+    ending = foldable_attempt(conn, change, len(mine))
     read_plan = conn.dialect.name == "postgresql" and _finishes(change.steps)
     finishing = [c.step_id for c in change.steps if c.state in FINISHED_STEP_STATES] if read_plan else None
     plan = await _apply_one(conn, change.tenant_id, change.run_id, mine[0], at=at, fence=fence, ending=ending,
@@ -196,7 +197,7 @@ def _finishes(changes: Sequence[StepChange]) -> bool:
     return any(c.state in FINISHED_STEP_STATES for c in changes)
 
 
-def _foldable_attempt(conn: AsyncConnection, change: RunCommit, changes_of_fenced: int) -> RunningAttempt | None:
+def foldable_attempt(conn: AsyncConnection, change: RunCommit, changes_of_fenced: int) -> RunningAttempt | None:
     """The attempt the fenced step's UPDATE may end in the same statement: PostgreSQL only (no
     data-modifying CTEs in SQLite), one change of that step, a transaction that tells its commit."""
     if conn.dialect.name != "postgresql" or changes_of_fenced != 1 or not tells_commit(conn):
@@ -243,7 +244,7 @@ async def refuse_unapplied(conn: AsyncConnection, tenant_id: str, run_id: str, c
     done = set(applied)
     for change in changes:
         if change.step_id not in done:
-            await _explain_refusal(conn, tenant_id, run_id, change, None)
+            await explain_step_refusal(conn, tenant_id, run_id, change, None)
 
 
 async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange, *, at: datetime,
@@ -276,12 +277,14 @@ async def _apply_one(conn: AsyncConnection, tenant_id: str, run_id: str, change:
         done = bool(rows) and (rows[0].took if reading else True)
         plan = rows if reading else None
     if not done:
-        await _explain_refusal(conn, tenant_id, run_id, change, fence)
+        await explain_step_refusal(conn, tenant_id, run_id, change, fence)
     return plan
 
 
-async def _explain_refusal(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange,
-                           fence: Fence | None) -> None:
+async def explain_step_refusal(conn: AsyncConnection, tenant_id: str, run_id: str, change: StepChange,
+                               fence: Fence | None) -> None:
+    """Raise why ``change``'s conditional UPDATE wrote nothing: a stale epoch, an illegal
+    transition, or a concurrent change."""
     current = await get_step(conn, tenant_id, run_id, change.step_id)
     if fence is not None and current.owner_epoch != fence.owner_epoch:
         raise StaleEpochError(f"step {run_id}/{change.step_id} is at epoch {current.owner_epoch}, "
