@@ -300,6 +300,7 @@ async def test_the_last_two_branches_of_a_join_finishing_at_once_ready_it(db: Da
                   for s in ("logs", "metrics")]
     logs, metrics = claims
     assert logs is not None and metrics is not None
+    known_plans.forget_all()  # a run another process created: no plan known here (known_plans waits in-process)
     async with db.transaction() as first:  # the first branch's commit, not committed yet: it holds the run
         await runs.commit(first, _unversioned(run_id, "logs", logs), at=T0)
         holder_pid = (await first.execute(text("SELECT pg_backend_pid()"))).scalar_one()

@@ -130,11 +130,40 @@ async def test_branches_finishing_at_once_ready_the_join_once(db: Database) -> N
     run_id = await _fan_out(db)
     claims = [await _claim(db, run_id, b) for b in BRANCHES]
     # When they finish at the same moment
-    await asyncio.gather(*(_finish(db, c) for c in claims))
+    with statements(db) as seen:
+        await asyncio.gather(*(_finish(db, c) for c in claims))
     # Then the join is ready, readied once
     plan, log, woken = await _outcome(db, run_id)
     assert plan["join"] == StepState.READY and log.count("STEP_READY") == 1 and woken == ["join"]
     assert sorted(log).count("BRANCH_FINISHED") == 3
+    # And on PostgreSQL each waited for the one before it in this process, then finished in one
+    # statement on the plan it left (none waited for the run's row only to be refused)
+    if db.engine.dialect.name == "postgresql":
+        writes = [s for s in seen if "UPDATE runs" in s or "UPDATE steps" in s]
+        assert len(writes) == 3 and all("UPDATE runs" in s and "UPDATE steps" in s for s in writes)
+
+
+async def test_a_transaction_holding_the_run_does_not_wait_for_one_that_waits_for_it(db: Database) -> None:
+    """A transaction that took the plan and sent its statement waits for the run's row; one that
+    holds that row must not wait for it to end (a deadlock no database would see)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has one writer: no row locks")
+    run_id = await _fan_out(db)
+    claims = {b: await _claim(db, run_id, b) for b in BRANCHES}
+    async with db.transaction() as holder:
+        await holder.execute(text("SELECT run_id FROM runs WHERE run_id = :r FOR UPDATE"), {"r": run_id})
+        holder_pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        # Given a branch's commit that took the run's plan and waits for the row this one holds
+        waiting = asyncio.create_task(_finish(db, claims["logs"]))
+        await until_blocked_by(db, holder_pid, "the branch's commit")
+        # When this one commits the run
+        await asyncio.wait_for(runs.commit(holder, _finished(claims["metrics"]), at=T0), timeout=10)
+    # Then both finish, the first the usual way on the run as this one left it
+    await asyncio.wait_for(waiting, timeout=10)
+    await _finish(db, claims["traces"])
+    plan, log, woken = await _outcome(db, run_id)
+    assert plan == {**dict.fromkeys(BRANCHES, StepState.DONE), "join": StepState.READY}
+    assert log.count("STEP_READY") == 1 and woken == ["join"]
 
 
 async def test_a_stale_owner_on_a_known_plan_is_refused_and_writes_nothing(db: Database) -> None:

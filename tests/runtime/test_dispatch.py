@@ -14,7 +14,7 @@ from ira.core.commit import EventDraft, Fence, RunCommit, StepChange
 from ira.core.events import RunEventType
 from ira.core.states import StepState
 from ira.runtime.dispatch import StepContext, StepDispatcher
-from ira.runtime.store import runs, steps
+from ira.runtime.store import known_plans, runs, steps
 from ira.runtime.store.database import Database
 from ira.runtime.store.schema import attempts
 from ira.runtime.store.schema import runs as runs_table
@@ -104,6 +104,7 @@ async def test_a_step_fails_even_when_the_run_moves_as_it_fails(db: Database) ->
         raise RuntimeError("prometheus exploded")
 
     dispatcher = StepDispatcher(db=db, clock=FrozenClock(T0), handlers={"metrics": broken}, owner="w", max_attempts=1)
+    known_plans.forget_all()  # a run another process created (a known plan's commits wait in-process: known_plans)
     async with db.transaction() as holder:  # a writer that holds the run and moves it
         await holder.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == run_id).with_for_update())
         run = await runs.get_run(holder, "acme", run_id)

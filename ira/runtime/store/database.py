@@ -371,6 +371,20 @@ class Database:
         listeners that took a message (``take_written``) hear that it was abandoned.
         """
         written = _Written(listeners=list(self._listeners))
+        try:
+            async with self._committed(written) as conn:
+                yield conn
+        finally:  # last: whoever waits for this transaction's end finds what its commit told
+            for ended in written.after_end:
+                try:
+                    ended()
+                except Exception:
+                    log.exception("an end-of-transaction callback failed")
+
+    @asynccontextmanager
+    async def _committed(self, written: _Written) -> AsyncIterator[AsyncConnection]:
+        """``transaction`` up to its end callbacks: commit, then the after-commit callbacks and
+        the listeners."""
         committed = False
         try:
             async with self._begin() as conn:
@@ -385,11 +399,6 @@ class Database:
         finally:
             if not committed:
                 _tell_abandoned(written)
-            for ended in written.after_end:
-                try:
-                    ended()
-                except Exception:
-                    log.exception("an end-of-transaction callback failed")
         if self.wal_checkpointer is not None:
             self.wal_checkpointer.written()
         for callback in written.after_commit:

@@ -15,13 +15,15 @@ commit goes the usual way in the same transaction.
 
 A plan is remembered for other transactions only once the commit that made it committed (a
 rolled-back version could be reached again by another history), and forgotten once a commit of
-the run is made without it. One transaction at a time takes a run's plan: a second that would
-start while the first is open goes the usual way (it would wait for the run's row, then be
-refused), as does a run nobody here created (another process's, or one from before a restart).
+the run is made without it. One transaction at a time takes a run's plan: a second waits for
+the first to end (instead of for the run's row, where it would then be refused) if it has sent
+nothing yet, so holds no lock the first could wait for, else goes the usual way; so does a
+commit of a run nobody here created (another process's, or one from before a restart).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ira.core.commit import NewStep, StepChange
 from ira.core.states import TERMINAL_RUN_STATES, RunState
 from ira.runtime.store.database import after_commit, kept_by_transaction, when_ended
+from ira.runtime.store.pg_fast import began
 
 MAX_RUNS = 10_000
 """Runs whose plans a process keeps (the least recently committed go first): a few hundred bytes each."""
@@ -71,15 +74,28 @@ def of_new_run(version: int, environment: str, new_steps: Sequence[NewStep]) -> 
 
 
 _PLANS: OrderedDict[tuple[str, str], KnownPlan] = OrderedDict()
-_TAKEN: dict[tuple[str, str], int] = {}
-"""Runs whose plan an open transaction took, by the id of that transaction's kept dict."""
+_TAKEN: dict[tuple[str, str], _Taker] = {}
+"""Runs whose plan an open transaction took."""
 _MINE = "ira.known_plans"
 """``kept_by_transaction`` key: the plans this transaction wrote, by run."""
+WAITS = 3
+"""How many takers' ends a transaction waits for before it goes the usual way."""
 
 
-def take(conn: AsyncConnection, tenant_id: str, run_id: str) -> KnownPlan | None:
+@dataclass(eq=False, slots=True)
+class _Taker:
+    """The open transaction that took a run's plan (by its kept dict), and its end."""
+
+    transaction: int
+    ended: asyncio.Event
+
+
+async def take(conn: AsyncConnection, tenant_id: str, run_id: str) -> KnownPlan | None:
     """The run's plan for a commit in ``conn``'s transaction: as this transaction's last commit
-    of it left it, else as the last committed one left it, if no other open transaction took it."""
+    of it left it, else as the last committed one left it. Another open transaction that took it
+    is waited for (it commits the run next, then this one on what it left) only by a transaction
+    that has sent nothing yet, so holds no lock that one could be waiting for; one that has goes
+    the usual way (None), as after ``WAITS`` takers."""
     kept = kept_by_transaction(conn)
     if kept is None:
         return None
@@ -87,17 +103,31 @@ def take(conn: AsyncConnection, tenant_id: str, run_id: str) -> KnownPlan | None
     mine: dict[tuple[str, str], KnownPlan | None] = kept.setdefault(_MINE, {})
     if key in mine:
         return mine[key]
-    holder = _TAKEN.get(key)
-    if holder is not None and holder != id(kept):
-        return None
-    if holder is None:
-        _TAKEN[key] = id(kept)
-        when_ended(conn, lambda: _untake(key))
-    return _PLANS.get(key)
+    for _ in range(WAITS):
+        plan, taker = _PLANS.get(key), _TAKEN.get(key)
+        if plan is None:
+            return None
+        if taker is None:
+            _mark(conn, key, id(kept))
+            return plan
+        if taker.transaction == id(kept):
+            return plan
+        if began(conn):
+            return None
+        await taker.ended.wait()
+    return None
 
 
-def _untake(key: tuple[str, str]) -> None:
-    _TAKEN.pop(key, None)
+def _mark(conn: AsyncConnection, key: tuple[str, str], transaction: int) -> None:
+    """``conn``'s transaction takes the run's plan until it ends."""
+    taker = _TAKEN[key] = _Taker(transaction, asyncio.Event())
+    when_ended(conn, lambda: _untake(key, taker))
+
+
+def _untake(key: tuple[str, str], taker: _Taker) -> None:
+    if _TAKEN.get(key) is taker:
+        del _TAKEN[key]
+    taker.ended.set()
 
 
 def created(conn: AsyncConnection, tenant_id: str, run_id: str, plan: KnownPlan) -> None:

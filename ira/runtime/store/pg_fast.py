@@ -269,6 +269,16 @@ class FastConnection(AsyncConnection):
         return plan, adapted, params
 
 
+def began(conn: AsyncConnection) -> bool:
+    """Whether ``conn``'s transaction sent anything to the server yet (asyncpg's BEGIN goes with
+    the first statement): one that has not holds no lock. False on anything but asyncpg."""
+    sync = conn.sync_connection
+    if sync is None or sync.closed or sync.invalidated:
+        return False
+    adapted = sync.connection.dbapi_connection
+    return isinstance(adapted, AsyncAdapt_asyncpg_connection) and adapted._transaction is not None
+
+
 @contextmanager
 def reading_without_transaction(conn: AsyncConnection) -> Iterator[None]:
     """While the block runs, ``conn``'s statements run without BEGIN and ROLLBACK around them

@@ -133,7 +133,7 @@ async def commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> R
 
 async def _commit(conn: AsyncConnection, change: RunCommit, *, at: datetime) -> Run:
     folds = conn.dialect.name == "postgresql"
-    known = known_plans.take(conn, change.tenant_id, change.run_id) if folds else None
+    known = await known_plans.take(conn, change.tenant_id, change.run_id) if folds else None
     carried = None
     if known is not None and _on_known(change, known):  # one statement (known_plans)
         carried = await budget.take_waiting(conn, change.tenant_id, change.run_id)
