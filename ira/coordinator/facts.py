@@ -202,25 +202,13 @@ async def has_event(conn: AsyncConnection, run: Run, event_type: RunEventType) -
 
 
 async def charge_step(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig, at: datetime) -> None:
-    """One ``steps`` unit from the root, once per claim; BudgetExhaustedError when none is left."""
+    """One ``steps`` unit from the root, once per claim, written by the run's next commit in this
+    transaction (on PostgreSQL in its compare-and-set, ``budget.charge_with_commit``: a round trip
+    fewer per step, and the root's row locked after the run's), which raises BudgetExhaustedError
+    when none is left. For a step whose every path from here commits the run, or raises, before
+    anything leaves the transaction (every coordinator step)."""
     if BudgetDimension.STEPS not in config.root_budget:
         return
-    await budget.charge(conn, claim.tenant_id, claim.run_id, BudgetDimension.STEPS, 1,
-                        reservation_id=_step_charge_id(claim), at=at)
-
-
-async def charge_step_with_commit(conn: AsyncConnection, claim: Claim, *, config: WorkflowConfig,
-                                  at: datetime) -> None:
-    """:func:`charge_step` written by the run's next commit in this transaction (on PostgreSQL in
-    its compare-and-set, ``budget.charge_with_commit``: a round trip fewer per step, and the
-    root's row locked after the run's), which raises BudgetExhaustedError if none is left. For a
-    step whose every path from here commits the run, or raises, before anything leaves the
-    transaction."""
-    if BudgetDimension.STEPS not in config.root_budget:
-        return
+    rid = f"step:{claim.run_id}:{claim.step_id}:{claim.owner_epoch}"  # reservation ids are unique per tenant
     await budget.charge_with_commit(conn, claim.tenant_id, claim.run_id, BudgetDimension.STEPS, 1,
-                                    reservation_id=_step_charge_id(claim), at=at)
-
-
-def _step_charge_id(claim: Claim) -> str:
-    return f"step:{claim.run_id}:{claim.step_id}:{claim.owner_epoch}"  # reservation ids are unique per tenant
+                                    reservation_id=rid, at=at)

@@ -28,7 +28,7 @@ from ira.coordinator.decide import (
 from ira.coordinator.deps import Deps
 from ira.coordinator.ending import end_run
 from ira.coordinator.facts import (
-    charge_step_with_commit,
+    charge_step,
     fence,
     has_event,
     load_model,
@@ -145,7 +145,7 @@ async def _join(deps: Deps, conn: AsyncConnection, ctx: StepContext, claimed: bo
     outcomes = tuple(assess_branch(s, results.get(s.result_ref or "")) for s in branches)
     policy = DRAFT_ANYWAY if await _drafting_anyway(conn, ctx, run) else deps.config.on_required_failure
     verdict = decide_join(outcomes, on_required_failure=policy)
-    await charge_step_with_commit(conn, c, config=deps.config, at=now)
+    await charge_step(conn, c, config=deps.config, at=now)
     summary = await store_json(conn, c.tenant_id, canonical_json(JoinSummary(verdict=verdict, outcomes=outcomes)),
                                config=deps.config, at=now)
     events = (*(EventDraft(type=ASSESSED_EVENT[o.status], data=o.model_dump(mode="json")) for o in outcomes),
@@ -215,7 +215,7 @@ async def _synthesize(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: 
     draft_ref = await store_json(conn, c.tenant_id, canonical_json(draft), config=deps.config, at=now)
     record = await records.add_draft(conn, c.tenant_id, c.run_id, ref=draft_ref.ref, incident_version=version,
                                      reason="synthesized", at=now, latest=previous.version if previous else 0)
-    await charge_step_with_commit(conn, c, config=deps.config, at=now)
+    await charge_step(conn, c, config=deps.config, at=now)
     await runs.commit(conn, RunCommit(
         tenant_id=c.tenant_id, run_id=c.run_id, expected_version=run.state_version, fence=fence(c),
         steps=(StepChange(step_id=SYNTHESIZE, state=StepState.DONE, result_ref=report_ref.ref),),
@@ -275,7 +275,7 @@ async def _approve(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run
     the attempt with it): the step makes it on its own."""
     now, c = deps.clock.now(), ctx.claim
     answer = judge_action(run.contract, CREATE_TICKET_ACTION)
-    await charge_step_with_commit(conn, c, config=deps.config, at=now)
+    await charge_step(conn, c, config=deps.config, at=now)
     if answer == PolicyAnswer.DENY:
         if known is not None:
             raise DomainError(f"run {c.run_id}: the ticket is denied; the step ends the run on its own")
@@ -315,7 +315,7 @@ async def _checked_or_ask(conn: AsyncConnection, ctx: StepContext, run: Run, *, 
 async def complete(deps: Deps, ctx: StepContext, claimed: bool = False) -> None:
     """C6 through the one verifier entry point."""
     async with deps.db.transaction() as conn:
-        await charge_step_with_commit(conn, ctx.claim, config=deps.config, at=deps.clock.now())
+        await charge_step(conn, ctx.claim, config=deps.config, at=deps.clock.now())
         await verify.verify_and_complete(conn, ctx.claim, config=deps.config, at=deps.clock.now(),
                                          run=ctx.run if claimed else None)
     deps.faults.hit(verify.AFTER_COMPLETE)

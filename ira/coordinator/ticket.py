@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, operations, records, verify
 from ira.coordinator.deps import Deps
-from ira.coordinator.facts import charge_step_with_commit, fence, incident_version, load_model, lock_run, on_known_run
+from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, on_known_run
 from ira.coordinator.receipt import Declined, confirm_and_finish, idempotency_key, namespace
 from ira.coordinator.reconcile import park
 from ira.coordinator.records import DraftRecord
@@ -114,7 +114,7 @@ async def _complete_here(deps: Deps, conn: AsyncConnection, run: Run) -> bool:
     with runtrace.run_span(f"step {COMPLETE}", ctx.run.traceparent, attributes=attempt_attributes(ctx)), \
             steps.running_attempt(ctx.claim):
         try:  # the charge is written by the completing commit, which raises if it did not fit
-            await charge_step_with_commit(conn, ctx.claim, config=deps.config, at=now)
+            await charge_step(conn, ctx.claim, config=deps.config, at=now)
             completed = await verify.complete_if_verified(conn, ctx.claim, config=deps.config, at=now, run=ctx.run)
         except BudgetExhaustedError as exc:  # the step ends the run for it, on its own
             raise Declined(str(exc)) from exc
@@ -202,7 +202,7 @@ async def _intend(conn: AsyncConnection, ctx: StepContext, run: Run, draft: Draf
     op = await operations.record_intent(conn, intent, submitted_until=deadline if sendable else None)
     if op is not intent or not sendable:
         return op, *await _authorize(conn, ctx, run, op, usable=approval, recorded=_intent_recorded(op), deps=deps)
-    await charge_step_with_commit(conn, c, config=deps.config, at=now)  # written by _submit's commit
+    await charge_step(conn, c, config=deps.config, at=now)  # written by _submit's commit
     return op, Mode.SEND, await _submit(conn, ctx, run, op=op, deadline=deadline, at=now,
                                         events=_intent_recorded(op), moved=True)
 
@@ -240,7 +240,7 @@ async def _authorize(conn: AsyncConnection, ctx: StepContext, run: Run, op: Oper
     if problem is not None:
         await _hold(conn, ctx, run, op=op, problem=problem, deps=deps)
         return Mode.STOP, None
-    await charge_step_with_commit(conn, c, config=deps.config, at=now)  # written by _submit's commit
+    await charge_step(conn, c, config=deps.config, at=now)  # written by _submit's commit
     return Mode.SEND, await _submit(conn, ctx, run, op=op, deadline=now + deps.config.operation_deadline, at=now,
                                     events=recorded)
 

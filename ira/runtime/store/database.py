@@ -122,7 +122,7 @@ def untake_written(conn: AsyncConnection, message_ids: Iterable[str]) -> None:
     if written is None or not ids:
         return
     written.messages[:] = [m for m in written.messages if m.envelope.message_id not in ids]
-    _tell_abandoned(_Written(listeners=[], taken={i: written.taken.pop(i) for i in ids if i in written.taken}))
+    _tell_abandoned([written.taken.pop(i) for i in ids if i in written.taken])
 
 
 async def settle_taken(conn: AsyncConnection, taken: dict[str, str],
@@ -296,9 +296,10 @@ def _marked(info: dict[Any, Any], key: str, value: object) -> Iterator[None]:
         info.pop(key, None)
 
 
-def _tell_abandoned(written: _Written) -> None:
+def _tell_abandoned(taken: Iterable[tuple[CommitListener, OutboxMessage]]) -> None:
+    """Each listener hears which of the messages it took will not be written."""
     by_listener: dict[int, tuple[CommitListener, list[OutboxMessage]]] = {}
-    for listener, message in written.taken.values():
+    for listener, message in taken:
         by_listener.setdefault(id(listener), (listener, []))[1].append(message)
     for listener, messages in by_listener.values():
         try:
@@ -398,7 +399,7 @@ class Database:
             committed = True
         finally:
             if not committed:
-                _tell_abandoned(written)
+                _tell_abandoned(written.taken.values())
         if self.wal_checkpointer is not None:
             self.wal_checkpointer.written()
         for callback in written.after_commit:
