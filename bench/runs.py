@@ -181,7 +181,8 @@ async def stack(db: Database, bootstrap: str) -> AsyncIterator[tuple[Deps, BusPr
             decisions_fetch_wait=DECISION_FETCH_WAIT)
         intake, agents_consumer = agents(db, bootstrap, producer)
         loops = [coordinator,
-                 OutboxRelay(db=db, publisher=producer, clock=clock, poll_interval=timedelta(milliseconds=10),
+                 # the product's poll (tuning.relay_poll_interval): this process's commits wake it at once
+                 OutboxRelay(db=db, publisher=producer, clock=clock, poll_interval=timedelta(milliseconds=200),
                              batch_size=500),
                  Scanner(db=db, clock=clock, environment=ENV, interval=timedelta(seconds=1))]
         stop = asyncio.Event()

@@ -5,11 +5,17 @@ Claim a batch (a lease: one statement per lane, each atomic alone), publish it, 
 relay publishes again; the receivers' inboxes drop the duplicate. Safe with any number of
 replicas. On PostgreSQL the statements run without a transaction around them
 (``Database.standalone``): a pass was six round trips, it is two.
+
+An idle relay polls every ``poll_interval`` for rows any process wrote, and is woken at once
+by a commit of its own process that left a row to relay (``Database.waking_relay``): a
+notification a step of this process asked for goes out right after its commit instead of up to
+a poll later, and an idle relay's polls can stay sparse.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -64,9 +70,14 @@ class OutboxRelay:
     found: bool = True
     """Whether the last pass claimed anything. After an empty one, the next pass first asks a
     reader (``outbox.any_claimable``) and takes the write transaction only when there is work."""
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by a commit of this process that left a row to relay (or by the stop): ends the idle pause."""
 
     async def relay_once(self) -> int:
         """Publish one batch; returns how many rows were marked sent."""
+        if self.woken.is_set():  # a commit of this process left a row: no need to ask first
+            self.woken.clear()
+            self.found = True
         if not self.found:
             async with self.db.reader() as conn:
                 if not await outbox.any_claimable(conn, now=self.clock.now()):
@@ -104,21 +115,35 @@ class OutboxRelay:
         backoff = 0.2
         duty = enlist("relay")
         duty.ready = True
-        while not stop.is_set():
-            try:
-                moved = await self.relay_once()
-                duty.report(idle=moved == 0, done=moved)
-                backoff = 0.2
-            except TransientError as exc:
-                duty.report(idle=False)
-                log.warning("relay: publish failed, retrying in %.1fs: %s", backoff, exc)
-                await pause(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
-                await self._recreate_topics()
-                continue
-            if moved == 0:
-                await pause(stop, self.poll_interval.total_seconds())
+        stopping = asyncio.create_task(self._wake_on(stop))
+        try:
+            with self.db.waking_relay(self.woken.set):
+                while not stop.is_set():
+                    try:
+                        moved = await self.relay_once()
+                        duty.report(idle=moved == 0, done=moved)
+                        backoff = 0.2
+                    except TransientError as exc:
+                        duty.report(idle=False)
+                        log.warning("relay: publish failed, retrying in %.1fs: %s", backoff, exc)
+                        await pause(stop, backoff)
+                        backoff = min(backoff * 2, 5.0)
+                        await self._recreate_topics()
+                        continue
+                    if moved == 0:
+                        await self._rest()
+        finally:
+            stopping.cancel()
         duty.finished = True
+
+    async def _rest(self) -> None:
+        """An idle pause: until the next poll, a commit of this process that left a row, or the stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.woken.wait(), timeout=self.poll_interval.total_seconds())
+
+    async def _wake_on(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.woken.set()
 
     async def _recreate_topics(self) -> None:
         if self.admin is None:

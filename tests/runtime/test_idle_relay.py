@@ -17,7 +17,8 @@ from ira.runtime.relay import OutboxRelay
 from ira.runtime.store import outbox
 from ira.runtime.store.database import Database
 from tests.contracts.test_store import T0
-from tests.runtime.test_intake import RecordingPublisher
+from tests.eventually import eventually
+from tests.runtime.test_intake import RecordingPublisher, TakesAndDies
 from tests.runtime.test_resend import message
 
 LEASE = timedelta(seconds=15)
@@ -98,3 +99,47 @@ async def test_a_relay_pass_on_postgresql_is_two_statements_without_a_transactio
     assert sent == ["WITH", "UPDATE"]
     async with db.reader() as conn:
         assert await outbox.any_claimable(conn, now=T0) is False
+
+
+async def test_a_commit_of_this_process_wakes_a_resting_relay_at_once(db: Database) -> None:
+    # Given a running relay that found nothing and rests for a minute between polls
+    publisher = RecordingPublisher()
+    relay = OutboxRelay(db=db, publisher=publisher, clock=FrozenClock(T0), lease=LEASE,
+                        poll_interval=timedelta(seconds=60))
+    stop = asyncio.Event()
+    running = asyncio.create_task(relay.run(stop))
+    try:
+        await eventually(lambda: relay.stats.batches == 0 and not relay.found, timeout=10)
+        # When a transaction of this process commits a message for the relay
+        async with db.transaction() as conn:
+            await outbox.enqueue(conn, [message(message_id="now")], at=T0)
+        # Then it is published well before the next poll would have found it
+        await eventually(lambda: [r.key for r in publisher.records] == ["acme:k"], timeout=10)
+    finally:
+        # and a stop ends the rest at once too
+        stop.set()
+        await asyncio.wait_for(running, timeout=10)
+
+
+async def test_only_a_commit_that_leaves_a_row_to_relay_wakes_the_relay(db: Database) -> None:
+    wakes: list[int] = []
+    with db.waking_relay(lambda: wakes.append(1)):
+        # A commit whose only message a listener of this process took: nothing to relay
+        with db.listening(TakesAndDies()):  # takes every message: its row is written as sent
+            async with db.transaction() as conn:
+                await outbox.enqueue(conn, [message(message_id="taken")], at=T0)
+        assert wakes == []
+        # A transaction that rolls back: nothing committed
+        with pytest.raises(RuntimeError):
+            async with db.transaction() as conn:
+                await outbox.enqueue(conn, [message(message_id="rolled")], at=T0)
+                raise RuntimeError("rolled back")
+        assert wakes == []
+        # A commit with a message nobody took: one wake
+        async with db.transaction() as conn:
+            await outbox.enqueue(conn, [message(message_id="left1"), message(message_id="left2")], at=T0)
+        assert wakes == [1]
+    # Once the block ended, commits wake nothing
+    async with db.transaction() as conn:
+        await outbox.enqueue(conn, [message(message_id="after")], at=T0)
+    assert wakes == [1]

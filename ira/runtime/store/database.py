@@ -332,6 +332,7 @@ class Database:
         self.wal_checkpointer = WalCheckpointer(path) if path and path != ":memory:" else None
         """SQLite file: checkpoints the WAL after commits, on its own thread (``wal_checkpoint``)."""
         self._listeners: list[CommitListener] = []
+        self._relay_wakers: list[Callable[[], None]] = []
 
     @classmethod
     def create(cls, url: str, *, schema: str | None = None, pool_size: int = 20) -> Database:
@@ -412,6 +413,9 @@ class Database:
                 listener.committed(written.messages)
             except Exception:  # the commit stands; the outbox row or the scanner still wakes the work
                 log.exception("a commit listener failed")
+        if self._relay_wakers and any(m.envelope.message_id not in written.taken for m in written.messages):
+            for wake in self._relay_wakers:
+                wake()
 
     def _later(self, conn: AsyncConnection) -> AbstractContextManager[None]:
         """PostgreSQL: the transaction's queue of inserts sent with its next statement
@@ -435,6 +439,19 @@ class Database:
             yield
         finally:
             self._listeners.remove(listener)
+
+    @contextmanager
+    def waking_relay(self, wake: Callable[[], None]) -> Iterator[None]:
+        """Call ``wake`` right after each commit that wrote an outbox message no listener of this
+        process took (its row waits for a relay) while the block runs (a relay's lifetime): the
+        relay of this process publishes it then instead of at its next poll. Rows other processes
+        write, and messages written outside ``outbox.enqueue`` and the run's commits (the
+        webhook's alerts, which ``enqueue_new`` announces only when urgent), wait for the poll."""
+        self._relay_wakers.append(wake)
+        try:
+            yield
+        finally:
+            self._relay_wakers.remove(wake)
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:

@@ -108,7 +108,11 @@ def rides_along(sql: str, queued: Sequence[Queued]) -> bool:
     return _STATEMENT.match(sql) is not None and not any(_names(sql, table) for table in {q.table for q in queued})
 
 
+@lru_cache(maxsize=4096)
 def _names(sql: str, table: str) -> bool:
+    """Cached: the store's statements and tables are a small set, and a search compiled from the
+    table's name on every call (``re``'s own cache lookup, then a scan of the whole statement)
+    was ~4 % of a run's CPU one at a time on PostgreSQL."""
     return re.search(rf"\b{re.escape(table)}\b", sql) is not None
 
 
