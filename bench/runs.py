@@ -30,9 +30,10 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.connectors.tickets.builtin import BuiltinTicketSystem
-from ira.coordinator import gate, records
+from ira.coordinator import records
 from ira.coordinator.approval import Choice
 from ira.coordinator.config import WorkflowConfig
+from ira.coordinator.decisions import record_decision
 from ira.coordinator.deps import Deps
 from ira.coordinator.handlers import step_handlers
 from ira.coordinator.worker import CoordinatorWorker
@@ -252,10 +253,9 @@ async def approve_all(deps: Deps) -> None:
         pending = (await conn.execute(select(records.approvals.c.approval_id).where(
             records.approvals.c.state == "pending"))).scalars().all()
 
-    async def one(approval_id: str) -> None:
-        async with deps.db.transaction() as conn:
-            await gate.decide(conn, "bench", approval_id, choice=Choice.APPROVE, principal="bench",
-                              roles=frozenset({"approver"}), reason=None, config=deps.config, at=deps.clock.now())
+    async def one(approval_id: str) -> None:  # as the API, the dashboard and Slack record one
+        await record_decision(deps, tenant_id="bench", approval_id=approval_id, choice=Choice.APPROVE,
+                              principal="bench", roles=frozenset({"approver"}))
 
     await asyncio.gather(*(one(a) for a in pending))
 

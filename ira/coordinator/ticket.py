@@ -5,7 +5,9 @@
 2. C4 ``authorize``, in the intent's transaction (the run locked): the run, the fence, the
    approval (still APPROVED, same draft, same incident version) and the budget are checked,
    then the Operation moves to SUBMITTED. Only after that commit may a byte go to the ticket
-   system. An intent that may not be sent (held, refused) commits without the permit.
+   system. An intent that may not be sent (held, refused) commits without the permit. Where
+   this process's intake claimed the step in the approval decision's transaction, 1 and 2 run
+   there (:func:`prepare_with_decision`) and the handler goes on from step 3.
 3. Send with the key and the claim's epoch; C5, in one transaction: the receipt is stored as
    evidence, the Operation becomes CONFIRMED_SUCCESS, and the step is finished (fenced; a
    stale owner's finish is refused and its receipt recorded alone). Where this process's
@@ -21,6 +23,7 @@ more, so it may send again with the same key. Never two tickets.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
@@ -30,6 +33,7 @@ from opentelemetry.trace import Status, StatusCode
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.coordinator import gate, operations, records, verify
+from ira.coordinator.chain import NotHere
 from ira.coordinator.deps import Deps
 from ira.coordinator.facts import charge_step, fence, incident_version, load_model, lock_run, on_known_run
 from ira.coordinator.receipt import Declined, confirm_and_finish, idempotency_key, namespace
@@ -48,7 +52,7 @@ from ira.core.states import ApprovalState, OperationFact, RunState, StepState
 from ira.core.ticket import Ticket, TicketRequest
 from ira.runtime import runtrace
 from ira.runtime.dispatch import StepContext, attempt_attributes
-from ira.runtime.intake import run_here
+from ira.runtime.intake import carry, claimed_here, run_here
 from ira.runtime.store import runs, steps, timers
 
 log = logging.getLogger(__name__)
@@ -73,7 +77,9 @@ class Mode(StrEnum):
 
 
 async def create_ticket(deps: Deps, ctx: StepContext) -> None:
-    prepared = await _prepare_on_claimed_run(deps, ctx)
+    carried = ctx.carried
+    prepared = carried.prepared if isinstance(carried, PreparedWithDecision) \
+        else await _prepare_on_claimed_run(deps, ctx)
     if prepared is None:
         return
     op, request, environment, mode, permitted = prepared
@@ -163,24 +169,60 @@ async def _prepare(deps: Deps, ctx: StepContext, *, claimed: Run | None) -> _Pre
     """C4 in one transaction: the intent (or the step's Operation from before) and, if it may be
     sent now, its SUBMITTED permit. Intent and permit commit together: on the way to a send,
     "recorded, not yet authorized" never outlives a transaction (a held intent still commits alone)."""
-    now, c = deps.clock.now(), ctx.claim
     async with deps.db.transaction() as conn:
-        run = claimed or await lock_run(conn, c.tenant_id, c.run_id)
-        view = await gate.approval_view(conn, run)
-        draft = view.draft
-        doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
-        if run.state != RunState.RUNNING or draft is None or doc is None:
-            return None
-        approval = view.usable()
-        # the step's first claim (epoch 1) follows no earlier create_ticket: no Operation of its own yet
-        existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET) \
-            if c.owner_epoch > 1 else None
-        if existing is not None and existing.payload_hash == draft.ref:
-            op = await _rebind(conn, existing, approval, at=now)
-            mode, permitted = await _authorize(conn, ctx, run, op, usable=approval, recorded=(), deps=deps)
-        else:
-            op, mode, permitted = await _intend(conn, ctx, run, draft, approval, deps=deps)
-        return _Prepared(op, doc.request, run.environment, mode, permitted)
+        return await _prepare_in(deps, conn, ctx, claimed or await lock_run(conn, ctx.claim.tenant_id,
+                                                                             ctx.claim.run_id))
+
+
+async def _prepare_in(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run) -> _Prepared | None:
+    """:func:`_prepare` in ``conn``'s transaction, on ``run`` as this transaction holds it locked."""
+    now, c = deps.clock.now(), ctx.claim
+    view = await gate.approval_view(conn, run)
+    draft = view.draft
+    doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
+    if run.state != RunState.RUNNING or draft is None or doc is None:
+        return None
+    approval = view.usable()
+    # the step's first claim (epoch 1) follows no earlier create_ticket: no Operation of its own yet
+    existing = await operations.for_step(conn, c.tenant_id, c.run_id, step_id=CREATE_TICKET) \
+        if c.owner_epoch > 1 else None
+    if existing is not None and existing.payload_hash == draft.ref:
+        op = await _rebind(conn, existing, approval, at=now)
+        mode, permitted = await _authorize(conn, ctx, run, op, usable=approval, recorded=(), deps=deps)
+    else:
+        op, mode, permitted = await _intend(conn, ctx, run, draft, approval, deps=deps)
+    return _Prepared(op, doc.request, run.environment, mode, permitted)
+
+
+@dataclass(frozen=True)
+class PreparedWithDecision:
+    """``StepContext.carried`` of a ``create_ticket`` whose C4 ran in the approval decision's
+    transaction (:func:`prepare_with_decision`): what :func:`_prepare` would have returned."""
+
+    prepared: _Prepared | None
+
+
+async def prepare_with_decision(deps: Deps, conn: AsyncConnection, tenant_id: str, run_id: str) -> None:
+    """C4 (the intent and, if it may be sent, its SUBMITTED permit) in the transaction of the
+    approval decision whose commit readied ``create_ticket``, under the claim this process's
+    intake took in it (``intake.claimed_here``); the step's handler, started after the commit,
+    goes on from there (``StepContext.carried``): one write transaction fewer per approved run.
+
+    Nothing is sent before the decision and the permit have committed together, and the permit
+    checks what the handler's own transaction would check right after that commit: the run is
+    held by the decision's compare-and-set, and the draft, the approvals and the approval just
+    settled are read in this transaction (``dispatch_problem``). Its failure must not cost the
+    decision: raised as :class:`NotHere`, the caller makes the decision again without it
+    (``decisions.record_decision``) and the step goes its usual way. Nothing without such a
+    claim (no intake of this process took the step)."""
+    ctx = claimed_here(conn, tenant_id, run_id, CREATE_TICKET)
+    if ctx is None:
+        return
+    try:
+        prepared = await _prepare_in(deps, conn, ctx, ctx.run)
+    except Exception as exc:  # anything: the decision must not depend on it
+        raise NotHere(f"create_ticket of run {run_id} could not be prepared with its approval") from exc
+    carry(conn, ctx, PreparedWithDecision(prepared))
 
 
 async def _intend(conn: AsyncConnection, ctx: StepContext, run: Run, draft: DraftRecord, approval: Approval | None,

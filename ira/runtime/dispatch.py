@@ -46,6 +46,9 @@ class StepContext:
     claim: Claim
     step: Step
     run: Run
+    carried: object | None = None
+    """What the transaction that claimed the step already did of it (``intake.carry``), for the
+    handler to go on from; None: nothing, the handler starts from the beginning."""
 
 
 StepHandler = Callable[[StepContext], Coroutine[Any, Any, None]]

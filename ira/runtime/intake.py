@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Coroutine, Iterator, Sequence
@@ -256,6 +257,12 @@ class StepIntake:
             self._busy += 1
             self._begin(envelope)
 
+    def _carry(self, message: OutboxMessage, carried: object) -> None:
+        claimed = self._claimed.get(message.envelope.message_id)
+        if claimed is None:
+            raise LookupError(f"the step of wake-up {message.envelope.message_id} was not claimed here")
+        self._claimed[message.envelope.message_id] = dataclasses.replace(claimed, carried=carried)
+
     def _run_here(self, message: OutboxMessage) -> StepContext | None:
         claimed = self._claimed.get(message.envelope.message_id)
         if claimed is not None:
@@ -357,3 +364,25 @@ def run_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -
     if taken is None or not isinstance(taken[0], StepIntake):
         return None
     return taken[0]._run_here(taken[1])
+
+
+def claimed_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
+    """The claim of this step, if a :class:`StepIntake` of this process took its wake-up and
+    claimed it in ``conn``'s transaction so far, and will start its handler after the commit as
+    usual (unlike :func:`run_here`). The caller may do the step's first part in this transaction,
+    under that claim, and hand what it did to the handler (:func:`carry`); if the transaction
+    rolls back, neither the claim nor what it carried stands. None: no such claim."""
+    taken = taken_wakeup(conn, tenant_id, run_id, step_id)
+    if taken is None or not isinstance(taken[0], StepIntake):
+        return None
+    return taken[0]._claimed.get(taken[1].envelope.message_id)
+
+
+def carry(conn: AsyncConnection, ctx: StepContext, carried: object) -> None:
+    """Give the handler of ``ctx``'s step (claimed in ``conn``'s transaction: :func:`claimed_here`)
+    ``carried`` as ``StepContext.carried`` when the intake starts it after the commit."""
+    c = ctx.claim
+    taken = taken_wakeup(conn, c.tenant_id, c.run_id, c.step_id)
+    if taken is None or not isinstance(taken[0], StepIntake):
+        raise LookupError(f"step {c.step_id} of run {c.run_id} was not claimed in this transaction")
+    taken[0]._carry(taken[1], carried)

@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 
 from ira.coordinator import gate, operations
 from ira.coordinator.approval import Choice
+from ira.coordinator.decisions import record_decision
 from ira.coordinator.handlers import step_handlers
 from ira.core.budget import ROOT_SCOPE, BudgetDimension
 from ira.core.states import OperationFact, RunState, StepState
@@ -27,14 +28,21 @@ from tests.eventually import eventually
 from tests.runtime.test_dispatch import counting_transactions
 
 
-async def approve_through_an_intake(db: Database, deps, approval) -> StepIntake:  # type: ignore[no-untyped-def]
-    """Approve in one transaction while an intake of the coordinator's steps takes this
-    process's commits; return once the run ended and the intake is idle."""
+async def approve_through_an_intake(db: Database, deps, approval, *,  # type: ignore[no-untyped-def]
+                                    as_people_do: bool = False) -> StepIntake:
+    """Approve while an intake of the coordinator's steps takes this process's commits; return
+    once the run ended and the intake is idle. ``as_people_do``: through ``record_decision`` (the
+    API's, the dashboard's and Slack's way, which records the ticket's intent with the decision),
+    else ``gate.decide`` alone in one transaction."""
     intake = StepIntake(StepDispatcher(db=db, clock=deps.clock, handlers=step_handlers(deps), owner="eager"), 4)
     with intake.eager(db):
-        async with db.transaction() as conn:
-            await gate.decide(conn, "acme", approval.approval_id, choice=Choice.APPROVE, principal="lead",
-                              roles=frozenset({approval.required_role}), reason=None, config=deps.config, at=T0)
+        if as_people_do:
+            await record_decision(deps, tenant_id="acme", approval_id=approval.approval_id, choice=Choice.APPROVE,
+                                  principal="lead", roles=frozenset({approval.required_role}))
+        else:
+            async with db.transaction() as conn:
+                await gate.decide(conn, "acme", approval.approval_id, choice=Choice.APPROVE, principal="lead",
+                                  roles=frozenset({approval.required_role}), reason=None, config=deps.config, at=T0)
 
         async def ended() -> bool:
             async with db.reader() as conn:
