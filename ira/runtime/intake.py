@@ -9,7 +9,8 @@ pays the store, not the relay's poll and a broker round trip. The eager door nev
 Taken in the transaction (``take``, ``taken``): while the transaction writes the wake-up, a
 free slot is reserved for it, the step is claimed in that same transaction (one write
 transaction per step fewer: the commit that readies a step also hands it to its worker), and
-the outbox row is written *as sent*, so the relay never publishes it. A new run's READY steps
+the wake-up gets no outbox row at all (it had one written as sent until 2026-12-07: nothing read
+it, and it cost an insert into a table of five indexes per step). A new run's READY steps
 are not even claimed: the run's transaction takes their wake-ups before it inserts them, and
 inserts the taken ones already claimed (``claimed_at_insert``: RUNNING, this process's lease,
 epoch 1, the attempt started), saving a claim UPDATE of a row it just wrote per step. Nothing
@@ -165,7 +166,7 @@ class StepIntake:
 
     def take(self, message: OutboxMessage) -> str | None:
         """While a transaction writes ``message``: reserve a slot to run its step after the
-        commit, and name this process as the one that does (the row is then never relayed).
+        commit, and name this process as the one that does (the wake-up then gets no outbox row).
         With every slot busy, the step is taken for the queue (``backlog``).
 
         A full intake still takes the step when the transaction is a step's of this intake

@@ -113,13 +113,13 @@ async def test_a_step_taken_in_its_transaction_produces_no_broker_record(db: Dat
         # When a transaction commits a READY step and its wake-up
         run_id, wakeup = await create_ready_run(db)
         await eventually(lambda: handled == [run_id] and not intake._running, timeout=10)
-    # Then the relay does not publish its wake-up (the row was written as sent, by this
-    # process's worker), only the next step's, for the role that runs it
+    # Then the relay does not publish its wake-up (taken by this process's worker, it got no
+    # outbox row at all), only the next step's, for the role that runs it
     assert {kind: len(wakeups) for kind, wakeups in (await relayed(db)).items()} == {"join": 1}
     async with db.reader() as conn:
-        row = (await conn.execute(select(outbox.c.sent_at, outbox.c.claimed_by).where(
-            outbox.c.message_id == wakeup.message_id))).one()
-    assert row.sent_at is not None and row.claimed_by == "w1"
+        rows = (await conn.execute(select(outbox.c.message_id).where(
+            outbox.c.message_id == wakeup.message_id))).all()
+    assert rows == []
     await intake.drain()
 
 
@@ -153,7 +153,17 @@ async def test_a_new_runs_step_this_process_runs_is_inserted_claimed(db: Databas
         await eventually(lambda: not intake._running, timeout=10)
     assert await step_state(db, run_id) == StepState.DONE
     assert intake.dispatcher.stats.claimed == 1 and intake.stats.unpublished == 1
+    # its wake-up, taken before the step went in, got no outbox row; only the join's did
+    assert await woken_in_outbox(db, run_id) == ["join"]
     await intake.drain()
+
+
+async def woken_in_outbox(db: Database, run_id: str) -> list[str]:
+    """The steps of run ``run_id`` whose wake-ups have an outbox row, in the order written."""
+    async with db.reader() as conn:
+        values = (await conn.execute(select(outbox.c.value).where(outbox.c.key == f"acme:{run_id}")
+                                     .order_by(outbox.c.id))).scalars().all()
+    return [Envelope.from_bytes(v).payload["step_id"] for v in values]
 
 
 class TakesAndDies:
@@ -409,6 +419,7 @@ async def test_a_step_a_commit_readies_for_this_process_is_claimed_by_its_compar
     async with db.reader() as conn:
         assert (await steps.get_step(conn, "acme", run_id, "join")).state == StepState.DONE
     assert intake.dispatcher.stats.claimed == 2 and intake.stats.unpublished == 2 and await relayed(db) == {}
+    assert await woken_in_outbox(db, run_id) == []  # both wake-ups taken: no outbox row for either
     # and on PostgreSQL the claim took no statement of its own: the compare-and-set that readied
     # the join claimed it (SQLite claims it right after, in the same transaction)
     claims = [s for s in executed if s.startswith("WITH claimed AS (UPDATE steps")

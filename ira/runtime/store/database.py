@@ -48,8 +48,8 @@ class CommitListener(Protocol):
 
     def take(self, message: OutboxMessage) -> str | None:
         """While the transaction writes ``message``: will this process run it itself once the
-        transaction commits? The name of the taker reserves it (the row is then written as sent,
-        see ``outbox.enqueue``); None leaves it to the relay."""
+        transaction commits? The name of the taker reserves it (it then gets no outbox row, see
+        ``outbox.enqueue``); None leaves it to the relay."""
 
     async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
         """Still in the transaction, once the taken message's row is written: what taking it

@@ -41,7 +41,6 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import (
     JSON,
-    Boolean,
     Integer,
     LargeBinary,
     String,
@@ -241,25 +240,23 @@ def _enqueued(bumped: Any) -> Any:
         *(column(name, kind) for name, kind in _OUTBOX_ARRAYS), with_ordinality="ord").render_derived(name="messages")
     now = bindparam("now", type_=outbox.c.created_at.type)
     return insert(outbox).from_select(
-        ["tenant_id", "message_id", "topic", "key", "value", "headers", "created_at", "claimed_by", "sent_at",
-         "awaits"],
+        ["tenant_id", "message_id", "topic", "key", "value", "headers", "created_at", "awaits"],
         select(m.c.tenant_id, m.c.message_id, m.c.topic, m.c.key, m.c.value, cast(m.c.headers, JSON), now,
-               m.c.claimed_by, case((m.c.sent, now)), m.c.awaits)
+               m.c.awaits)
         .select_from(bumped.join(m, true())).order_by(m.c.ord),
     ).cte("enqueued")
 
 
 _OUTBOX_ARRAYS: tuple[tuple[str, Any], ...] = (
     ("tenant_id", String), ("message_id", String), ("topic", String), ("key", String), ("value", LargeBinary),
-    ("headers", Text), ("claimed_by", String), ("sent", Boolean), ("awaits", String))
+    ("headers", Text), ("awaits", String))
 
 
 def outbox_params(rows: Sequence[dict[str, Any]]) -> dict[str, object]:
-    """``outbox.outbox_rows``' rows as ``folded_bump``'s arrays (headers as JSON text, sent or not)."""
+    """``outbox.outbox_rows``' rows as ``folded_bump``'s arrays (headers as JSON text)."""
     return {"o_tenant_id": [r["tenant_id"] for r in rows], "o_message_id": [r["message_id"] for r in rows],
             "o_topic": [r["topic"] for r in rows], "o_key": [r["key"] for r in rows],
             "o_value": [r["value"] for r in rows], "o_headers": [json.dumps(r["headers"]) for r in rows],
-            "o_claimed_by": [r["claimed_by"] for r in rows], "o_sent": [r["sent_at"] is not None for r in rows],
             "o_awaits": [r["awaits"] for r in rows]}
 
 

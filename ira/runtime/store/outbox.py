@@ -71,28 +71,27 @@ async def enqueue(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, a
     """Write messages in the caller's transaction; they are published only if it commits.
 
     A message a listener of this process takes (a step wake-up for a role here with a free
-    slot: ``StepIntake.take``) is written as sent, by that taker, in this same transaction:
-    the relay never publishes it, and the row still records the wake-up. The taker then acts
-    on it in the transaction too (the intake claims the step: ``StepIntake.taken``).
+    slot: ``StepIntake.take``) gets no row: nothing would ever read it. The taker acts on it in
+    this same transaction (the intake claims the step: ``StepIntake.taken``) and hears of it
+    once it commits; the claim is the step's durable record, and a step whose taker dies is
+    found in the steps table by the scanner (``ira.runtime.intake`` says why no copy is needed).
     """
     if not messages:
         return
     rows, taken = outbox_rows(conn, messages, at=at)
-    await conn.execute(INSERT_OUTBOX, rows)
+    if rows:
+        await conn.execute(INSERT_OUTBOX, rows)
     if taken:
         await settle_taken(conn, taken)
 
 
 def outbox_rows(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime
                 ) -> tuple[list[dict[str, object]], dict[str, str]]:
-    """The rows ``enqueue`` writes for ``messages``, and ``{message_id: taker}`` of those a
-    listener takes (``take_written``: call once per write, then ``settle_taken`` once written)."""
+    """The rows ``enqueue`` writes for ``messages`` (none for a taken one), and ``{message_id:
+    taker}`` of those a listener takes (``take_written``: call once per write, then
+    ``settle_taken`` once written)."""
     taken = take_written(conn, messages)
-    rows = [_row(m, at) for m in messages]
-    for row in rows:
-        taker = taken.get(str(row["message_id"]))
-        row["sent_at"], row["claimed_by"] = (at, taker) if taker is not None else (None, None)
-    return rows, taken
+    return [_row(m, at) for m in messages if m.envelope.message_id not in taken], taken
 
 
 async def enqueue_new(conn: AsyncConnection, messages: Sequence[OutboxMessage], *, at: datetime) -> set[MessageKey]:

@@ -181,7 +181,7 @@ async def _apply(conn: AsyncConnection, change: RunCommit, *, at: datetime, carr
                               carried=carried, fenced=fenced, fence=change.fence,
                               on_version=known.version if known is not None else None)
     if row is None and known is not None:  # the run moved since that plan: the usual way
-        untake_written(conn, [str(r["message_id"]) for r in enqueued[0]] if enqueued else ())
+        untake_written(conn, [m.envelope.message_id for m in rest.outbox] if enqueued else ())
         return None
     row = await _refusals(conn, change, rest, row, fenced=fenced, carried=carried, promoted=promoted)
     run = run_from_row(row)
