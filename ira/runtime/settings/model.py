@@ -191,6 +191,8 @@ class RuntimeTuning(Section):
     mark-sent transactions and bigger produce requests (bench/README.md: 100 -> 500 cut the
     pipeline's CPU per alert ~18 % while triage drained a backlog of batches)."""
     relay_poll_interval: Duration = timedelta(milliseconds=200)
+    """How often an idle relay looks for rows other processes wrote; a commit of its own process
+    that leaves a row wakes it at once (``Database.waking_relay``)."""
     outbox_claim_lease: Duration = timedelta(seconds=30)
     scanner_interval: Duration = timedelta(seconds=5)
     step_lease: Duration = timedelta(seconds=30)
