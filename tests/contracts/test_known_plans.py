@@ -166,6 +166,32 @@ async def test_a_transaction_holding_the_run_does_not_wait_for_one_that_waits_fo
     assert log.count("STEP_READY") == 1 and woken == ["join"]
 
 
+async def test_a_commit_waits_here_for_a_held_plan_only_so_long_then_at_the_runs_row(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction that took the plan and stays open (it waits for something else) holds the
+    others' commits in this process only ``WAIT_LIMIT``; then they wait for the run's row, where
+    the database sees the wait, and finish once it ends."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("plans are known on PostgreSQL only")
+    monkeypatch.setattr(known_plans, "WAIT_LIMIT", 0.2)
+    run_id = await _fan_out(db)
+    claims = {b: await _claim(db, run_id, b) for b in BRANCHES}
+    async with db.transaction() as holder:
+        # Given a transaction that committed a branch on the known plan and has not ended
+        await runs.commit(holder, _finished(claims["metrics"]), at=T0)
+        holder_pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        # When another branch commits meanwhile
+        waiting = asyncio.create_task(_finish(db, claims["logs"]))
+        # Then, past the limit, its statement waits for the run's row the holder locked
+        await until_blocked_by(db, holder_pid, "the branch's commit")
+    # and it finishes once the holder ended, the join readied once by the last branch
+    await asyncio.wait_for(waiting, timeout=10)
+    await _finish(db, claims["traces"])
+    plan, log, woken = await _outcome(db, run_id)
+    assert plan == {**dict.fromkeys(BRANCHES, StepState.DONE), "join": StepState.READY}
+    assert log.count("STEP_READY") == 1 and woken == ["join"]
+
+
 async def test_a_stale_owner_on_a_known_plan_is_refused_and_writes_nothing(db: Database) -> None:
     # Given a branch whose claim was taken over (a new epoch)
     run_id = await _fan_out(db)

@@ -80,6 +80,11 @@ _MINE = "ira.known_plans"
 """``kept_by_transaction`` key: the plans this transaction wrote, by run."""
 WAITS = 3
 """How many takers' ends a transaction waits for before it goes the usual way."""
+WAIT_LIMIT = 1.0
+"""Seconds a transaction waits here for the end of the one that took the plan before it goes the
+usual way: its statement then waits for the run's row, where the database sees who waits for
+whom. Commits of a run last milliseconds; a taker held longer (a transaction that took the plan
+and then waits for a connection the waiters hold) must not hold them all with it."""
 
 
 @dataclass(eq=False, slots=True)
@@ -114,7 +119,11 @@ async def take(conn: AsyncConnection, tenant_id: str, run_id: str) -> KnownPlan 
             return plan
         if began(conn):
             return None
-        await taker.ended.wait()
+        try:
+            async with asyncio.timeout(WAIT_LIMIT):
+                await taker.ended.wait()
+        except TimeoutError:
+            return None
     return None
 
 
