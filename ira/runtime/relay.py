@@ -139,7 +139,8 @@ class OutboxRelay:
     async def _rest(self) -> None:
         """An idle pause: until the next poll, a commit of this process that left a row, or the stop."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.woken.wait(), timeout=self.poll_interval.total_seconds())
+            async with asyncio.timeout(self.poll_interval.total_seconds()):
+                await self.woken.wait()
 
     async def _wake_on(self, stop: asyncio.Event) -> None:
         await stop.wait()

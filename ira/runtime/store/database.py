@@ -52,8 +52,8 @@ class CommitListener(Protocol):
         ``outbox.enqueue``); None leaves it to the relay."""
 
     async def taken(self, conn: AsyncConnection, message: OutboxMessage) -> None:
-        """Still in the transaction, once the taken message's row is written: what taking it
-        means, in this same transaction (the intake claims the step here)."""
+        """Still in the transaction, once the rest of its write went out (a taken message gets
+        no row): what taking it means, in this same transaction (the intake claims the step here)."""
 
     def committed(self, messages: Sequence[OutboxMessage]) -> None:
         """Right after the commit: every message it wrote, the taken ones included."""
