@@ -361,10 +361,8 @@ def run_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -
     The caller must finish the step (a fenced commit that takes it out of RUNNING, which ends
     its attempt) or let the transaction roll back: a claim taken over here and left RUNNING
     is started by nobody until its lease runs out and the scanner wakes it."""
-    taken = taken_wakeup(conn, tenant_id, run_id, step_id)
-    if taken is None or not isinstance(taken[0], StepIntake):
-        return None
-    return taken[0]._run_here(taken[1])
+    taken = _taken_by_intake(conn, tenant_id, run_id, step_id)
+    return taken[0]._run_here(taken[1]) if taken is not None else None
 
 
 def claimed_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str) -> StepContext | None:
@@ -373,17 +371,22 @@ def claimed_here(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: st
     usual (unlike :func:`run_here`). The caller may do the step's first part in this transaction,
     under that claim, and hand what it did to the handler (:func:`carry`); if the transaction
     rolls back, neither the claim nor what it carried stands. None: no such claim."""
-    taken = taken_wakeup(conn, tenant_id, run_id, step_id)
-    if taken is None or not isinstance(taken[0], StepIntake):
-        return None
-    return taken[0]._claimed.get(taken[1].envelope.message_id)
+    taken = _taken_by_intake(conn, tenant_id, run_id, step_id)
+    return taken[0]._claimed.get(taken[1].envelope.message_id) if taken is not None else None
 
 
 def carry(conn: AsyncConnection, ctx: StepContext, carried: object) -> None:
     """Give the handler of ``ctx``'s step (claimed in ``conn``'s transaction: :func:`claimed_here`)
     ``carried`` as ``StepContext.carried`` when the intake starts it after the commit."""
     c = ctx.claim
-    taken = taken_wakeup(conn, c.tenant_id, c.run_id, c.step_id)
-    if taken is None or not isinstance(taken[0], StepIntake):
+    taken = _taken_by_intake(conn, c.tenant_id, c.run_id, c.step_id)
+    if taken is None:
         raise LookupError(f"step {c.step_id} of run {c.run_id} was not claimed in this transaction")
     taken[0]._carry(taken[1], carried)
+
+
+def _taken_by_intake(conn: AsyncConnection, tenant_id: str, run_id: str, step_id: str
+                     ) -> tuple[StepIntake, OutboxMessage] | None:
+    """The intake of this process that took this step's wake-up in ``conn``'s transaction, and that wake-up."""
+    taken = taken_wakeup(conn, tenant_id, run_id, step_id)
+    return (taken[0], taken[1]) if taken is not None and isinstance(taken[0], StepIntake) else None
