@@ -74,3 +74,36 @@ async def test_closing_the_database_ends_its_checkpointer(tmp_path: Path) -> Non
     assert db.wal_checkpointer is not None and any(str(tmp_path) in t.name for t in _checkpointer_threads())
     await db.close()
     assert not any(str(tmp_path) in t.name for t in _checkpointer_threads())
+
+
+async def test_the_wal_file_shrinks_back_once_sqlite_starts_it_over(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load SQLite seldom finds the moment to start the WAL over, so the file grows past
+    what was checkpointed; once it does start over, the file is cut back to the limit instead
+    of staying at its largest size on disk."""
+    limit = 256 * 1024
+    monkeypatch.setattr("ira.runtime.store.wal_checkpoint.WAL_SIZE_LIMIT", limit)
+    path = tmp_path / "ira.db"
+    db = Database.create(f"sqlite:///{path}")
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+        checkpointer = db.wal_checkpointer
+        assert checkpointer is not None
+        async with db.reader() as conn:
+            await conn.execute(text("SELECT 1"))  # the reader pool's connection exists (and is idle)
+        await _write(db, 500)  # one write transaction per 100 rows: ~2 MB of WAL in a quiet process
+        assert Path(f"{path}-wal").stat().st_size > 1024 * 1024
+
+        def all_copied() -> bool:
+            last = checkpointer.last
+            return last is not None and last[0] == 0 and last[1] == last[2] and last[1] >= 500  # a page a row
+
+        await eventually(all_copied, timeout=10)
+        async with db.transaction() as conn:  # no reader on the WAL: this writer starts it over
+            await conn.execute(text("INSERT INTO blobs (body) VALUES (:body)"), [{"body": PAYLOAD}] * 10)
+        assert Path(f"{path}-wal").stat().st_size <= limit
+        async with db.reader() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM blobs"))).scalar_one() == 510
+    finally:
+        await db.close()

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from ira.core.commit import OutboxMessage
 from ira.core.run import Claim, Run, Step
-from ira.runtime.store import pg_fast, sqlite_driver
+from ira.runtime.store import pg_fast, sqlite_driver, wal_checkpoint
 from ira.runtime.store.pg_kept import KeptConnections
 from ira.runtime.store.sqlite_writer import SQLiteWriter
 from ira.runtime.store.wal_checkpoint import WalCheckpointer
@@ -251,9 +251,11 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
-        # wal_autocheckpoint=0: no commit checkpoints; the Database's WalCheckpointer does, on its thread
+        # wal_autocheckpoint=0: no commit checkpoints; the Database's WalCheckpointer does, on its thread;
+        # journal_size_limit: the WAL file shrinks back when it starts over (wal_checkpoint.WAL_SIZE_LIMIT)
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={sqlite_driver.BUSY_TIMEOUT_MS}",
-                       "foreign_keys=ON", "wal_autocheckpoint=0"):
+                       "foreign_keys=ON", "wal_autocheckpoint=0",
+                       f"journal_size_limit={wal_checkpoint.WAL_SIZE_LIMIT}"):
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
