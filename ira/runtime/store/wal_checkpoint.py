@@ -38,9 +38,15 @@ them, every frame of it checkpointed). Without a limit the file then stays at it
 for good, on the machine's disk; with one, the writer that starts the WAL over truncates it to
 the limit. A limit above what a checkpoint interval writes means no truncate-and-regrow churn."""
 
-INTERVAL = 0.1
-"""Seconds between checkpoints while writes come in: ~1,000 pages at ~100 runs/s, about what
-SQLite's own threshold let through."""
+INTERVAL = 0.5
+"""Seconds between checkpoints while writes come in. A checkpoint's cost is mostly fixed (the WAL's
+and the database file's fsyncs, a walk of the WAL index) plus the pages it copies, of which the hot
+ones (an index's inner pages, a table's last page) are copied once however often they were
+written since the last: every 0.1 s, the checkpointer was 9.6-11.7 % of the triage child's
+samples and 8.9 % of the ``ira`` process's while triage drained batches of 100 in ``ira dev``;
+every 0.5 s, 5.5-6.5 % and 4.1 % (every 1 s, 4.2 % and 3.4 %: little more). At bench/engine.py's
+~3,400 WAL frames a second that is ~1,700 frames a checkpoint, near SQLite's own 1,000-page
+threshold."""
 
 
 class WalCheckpointer:
