@@ -8,30 +8,48 @@ thread does it soon after the writes; closing the Database ends the thread.
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from ira.runtime.store.database import Database
+from ira.runtime.store.wal_checkpoint import WalCheckpointer
 from tests.eventually import eventually
 
 PAYLOAD = "x" * 3000  # a row of most of a 4 KiB page: 1,500 rows are well past SQLite's 1,000-page threshold
 
 
+@asynccontextmanager
+async def _blobs_db(path: Path) -> AsyncIterator[Database]:
+    """A SQLite file with a table of blobs (its connections get the pragmas in force when they open)."""
+    db = Database.create(f"sqlite:///{path}")
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+        yield db
+    finally:
+        await db.close()
+
+
 @pytest.fixture
 async def sqlite_db(tmp_path: Path):  # type: ignore[no-untyped-def]
-    db = Database.create(f"sqlite:///{tmp_path / 'ira.db'}")
-    async with db.transaction() as conn:
-        await conn.execute(text("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
-    yield db, tmp_path / "ira.db"
-    await db.close()
+    async with _blobs_db(tmp_path / "ira.db") as db:
+        yield db, tmp_path / "ira.db"
 
 
 async def _write(db: Database, rows: int) -> None:
     for _ in range(0, rows, 100):
         async with db.transaction() as conn:
             await conn.execute(text("INSERT INTO blobs (body) VALUES (:body)"), [{"body": PAYLOAD}] * 100)
+
+
+def _copied_all(checkpointer: WalCheckpointer, frames: int = 0) -> bool:
+    """The last checkpoint ran unhindered and copied every frame of a WAL of at least ``frames``."""
+    last = checkpointer.last
+    return last is not None and last[0] == 0 and last[1] == last[2] and last[1] >= frames
 
 
 def _checkpointer_threads() -> list[threading.Thread]:
@@ -57,11 +75,7 @@ async def test_the_checkpointer_copies_the_writes_soon_after_them(sqlite_db) -> 
     size = path.stat().st_size
     await _write(db, 1500)
 
-    def all_copied() -> bool:
-        last = checkpointer.last
-        return last is not None and last[0] == 0 and last[1] == last[2] and path.stat().st_size > size + 1000 * 4096
-
-    await eventually(all_copied, timeout=10)
+    await eventually(lambda: _copied_all(checkpointer) and path.stat().st_size > size + 1000 * 4096, timeout=10)
     assert _checkpointer_threads()
     async with db.reader() as conn:  # the rows are where they were, read through the database
         assert (await conn.execute(text("SELECT count(*) FROM blobs"))).scalar_one() == 1500
@@ -84,26 +98,16 @@ async def test_the_wal_file_shrinks_back_once_sqlite_starts_it_over(tmp_path: Pa
     limit = 256 * 1024
     monkeypatch.setattr("ira.runtime.store.wal_checkpoint.WAL_SIZE_LIMIT", limit)
     path = tmp_path / "ira.db"
-    db = Database.create(f"sqlite:///{path}")
-    try:
-        async with db.transaction() as conn:
-            await conn.execute(text("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+    async with _blobs_db(path) as db:
         checkpointer = db.wal_checkpointer
         assert checkpointer is not None
         async with db.reader() as conn:
             await conn.execute(text("SELECT 1"))  # the reader pool's connection exists (and is idle)
         await _write(db, 500)  # one write transaction per 100 rows: ~2 MB of WAL in a quiet process
         assert Path(f"{path}-wal").stat().st_size > 1024 * 1024
-
-        def all_copied() -> bool:
-            last = checkpointer.last
-            return last is not None and last[0] == 0 and last[1] == last[2] and last[1] >= 500  # a page a row
-
-        await eventually(all_copied, timeout=10)
+        await eventually(lambda: _copied_all(checkpointer, frames=500), timeout=10)  # a page a row
         async with db.transaction() as conn:  # no reader on the WAL: this writer starts it over
             await conn.execute(text("INSERT INTO blobs (body) VALUES (:body)"), [{"body": PAYLOAD}] * 10)
         assert Path(f"{path}-wal").stat().st_size <= limit
         async with db.reader() as conn:
             assert (await conn.execute(text("SELECT count(*) FROM blobs"))).scalar_one() == 510
-    finally:
-        await db.close()
