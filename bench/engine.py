@@ -11,7 +11,11 @@ LangGraph runs in a child process with an event loop of its own:
 * ``step``      per-step durable overhead: the slope of a chain of N no-op steps' time over N
                 (ira: claim -> fenced commit that readies the next step -> release, and the
                 wake-up's way to the next claim; LangGraph: one superstep + its checkpoint).
-* ``sequential`` runs to the approval wait one at a time: runs/s and p50.
+* ``sequential`` runs to the approval wait one at a time: runs/s and p50; for ira also the
+                run request's hop (``broker_hop_ms``: publish -> the run's creation, p50 and
+                mean; the embedded broker holds a record until the fetch in flight has waited
+                its ``fetch_wait``) and the runs/s its engine made once there
+                (``runs_per_s_from_created``: a diagnostic, not the goal's figure).
 * ``burst``     N runs started at once (``--ops``; 1,000 with ``--full``): runs/s, p50/p99
                 start -> waiting.
 * ``approve``   every waiting run approved at once -> completed: runs/s.
@@ -92,6 +96,16 @@ def run_figures(latencies: list[float], seconds: float) -> dict[str, float]:
             "p50_ms": round(percentile(latencies, 0.5), 1), "p99_ms": round(percentile(latencies, 0.99), 1)}
 
 
+def hop_figures(hops: list[float] | None, latencies: list[float]) -> dict[str, Any]:
+    """The run request's hop of the runs measured one at a time (``IraEngine.hops``), and the
+    runs/s from their runs' creation on: how much of ira's one-at-a-time figure is the embedded
+    broker's fetch wait rather than the engine. Nothing for a system without one."""
+    if not hops or len(hops) != len(latencies):
+        return {}
+    return {"broker_hop_ms": {"p50": round(percentile(hops, 0.5), 2), "mean": round(statistics.fmean(hops), 2)},
+            "runs_per_s_from_created": round(len(latencies) * 1000 / (sum(latencies) - sum(hops)), 1)}
+
+
 async def alternating(engines: dict[str, Engine], sample: Callable[[Engine], Awaitable[float]], times: int,
                       backend: str) -> tuple[dict[str, list[float]], dict[str, float | None]]:
     """``times`` samples per system, taking turns: both see the same moments of a busy machine;
@@ -137,7 +151,8 @@ async def measure_all(engines: dict[str, Engine], backend: str, args: argparse.N
         out[name]["step"] = {"ms_per_step": round(slope(by_length), 3), "chain_ms": chain_ms}
     sequential, server = await alternating(engines, lambda e: e.one_run_ms(), args.probe, backend)
     for name, ms in sequential.items():
-        out[name]["sequential"] = {**run_figures(ms, sum(ms) / 1000), **server_cpu.figure(server[name], len(ms))}
+        out[name]["sequential"] = {**run_figures(ms, sum(ms) / 1000), **server_cpu.figure(server[name], len(ms)),
+                                   **hop_figures(getattr(engines[name], "hops", None), ms)}
     for name, engine in engines.items():
         progress(f"  burst of {args.ops}: {name}")
         before = server_cpu.before(backend)

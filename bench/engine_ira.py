@@ -128,13 +128,17 @@ class IraEngine:
     chains: Chains
     asked: Heard = field(default_factory=lambda: Heard(APPROVAL_REQUESTED))
     completed: Heard = field(default_factory=lambda: Heard(RUN_COMPLETED))
+    hops: list[float] = field(default_factory=list)
+    """ms from each decision published by ``one_run_ms`` to its run's creation: the run
+    request's way to the coordinator, mostly the embedded broker's hop (a record waits for the
+    end of the fetch in flight, up to ``runs.DECISION_FETCH_WAIT``); LangGraph has none."""
 
     async def chain_ms(self, length: int) -> float:
         return await self.chains.run_ms(length)
 
     async def one_run_ms(self) -> float:
-        """One run, decision published -> APPROVAL_REQUESTED committed, in ms."""
-        return next(iter((await self.to_waiting(incident_runs.decisions(1, TENANT))).values()))
+        """One run, decision published -> APPROVAL_REQUESTED committed, in ms (its hop: ``hops``)."""
+        return next(iter((await self.to_waiting(incident_runs.decisions(1, TENANT), self.hops)).values()))
 
     async def burst(self, count: int) -> tuple[list[float], float]:
         """``count`` decisions published at once: (ms each to its approval wait, wall seconds)."""
@@ -142,16 +146,19 @@ class IraEngine:
         took = await self.to_waiting(incident_runs.decisions(count, TENANT))
         return list(took.values()), time.perf_counter() - started
 
-    async def to_waiting(self, envelopes: list[Envelope]) -> dict[str, float]:
+    async def to_waiting(self, envelopes: list[Envelope], hops: list[float] | None = None) -> dict[str, float]:
         """Publish ``create_run`` decisions; incident_id -> ms from publish to APPROVAL_REQUESTED
-        (only the runs that got there within the timeout)."""
+        (only the runs that got there within the timeout); each one's ms from publish to its
+        run's creation appended to ``hops`` if given."""
         asked = self.asked.count + len(envelopes)
         sent = await incident_runs.publish(self.producer, envelopes)
         await self.asked.until(asked, timeout=60 + len(envelopes))
-        at = await incident_runs.asked_at(self.db, list(sent), TENANT)  # the database's word, these runs only
+        at = await incident_runs.created_and_asked(self.db, list(sent), TENANT)  # the database's word, these runs only
         if len(at) < len(sent):
             print(f"only {len(at)} of {len(sent)} runs asked for approval in time", file=sys.stderr, flush=True)
-        return {i: (at[i] - t) * 1000 for i, t in sent.items() if i in at}
+        if hops is not None:
+            hops.extend((at[i][0] - t) * 1000 for i, t in sent.items() if i in at)
+        return {i: (at[i][1] - t) * 1000 for i, t in sent.items() if i in at}
 
     async def approve_all(self) -> tuple[int, float]:
         """Approve every pending approval at once; (runs, seconds until all completed)."""

@@ -208,7 +208,7 @@ async def wait_for(db: Database, state: str, count: int, *, timeout: float) -> N
         await asyncio.sleep(0.1)
 
 
-_ASKED = select(runs.c.incident_id, events.c.at).join(
+_ASKED = select(runs.c.incident_id, events.c.at, runs.c.created_at).join(
     events, (events.c.tenant_id == runs.c.tenant_id) & (events.c.run_id == runs.c.run_id)).where(
     events.c.type == "APPROVAL_REQUESTED")
 _ASKED_OF = _ASKED.where(runs.c.tenant_id == bindparam("tenant"),
@@ -222,10 +222,19 @@ async def asked_at(db: Database, incidents: Sequence[str] | None = None, tenant:
     of ``tenant`` only where given (by the runs' incident index: reading every run's, as each
     measure of bench/engine.py did, made the read, and the server's CPU it measures, grow with
     the runs already done), else of every run."""
+    return {incident: asked for incident, (_created, asked) in (await created_and_asked(db, incidents, tenant)).items()}
+
+
+async def created_and_asked(db: Database, incidents: Sequence[str] | None = None, tenant: str = "bench"
+                            ) -> dict[str, tuple[float, float]]:
+    """incident_id -> (when its run was created, when APPROVAL_REQUESTED was committed), epoch
+    seconds, in the one read ``asked_at`` makes. The first, against the decision's publish, is
+    the run request's way to the coordinator: mostly the embedded broker's hop (it answers a
+    fetch when the fetch's wait ends, not when a record arrives)."""
     async with db.reader() as conn:
         rows = await (conn.execute(_ASKED) if incidents is None else
                       conn.execute(_ASKED_OF, {"tenant": tenant, "incidents": list(incidents)}))
-        return {r.incident_id: r.at.timestamp() for r in rows}
+        return {r.incident_id: (r.created_at.timestamp(), r.at.timestamp()) for r in rows}
 
 
 async def publish(producer: BusProducer, batch: list[Envelope]) -> dict[str, float]:
