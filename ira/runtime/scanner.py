@@ -17,8 +17,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ira.core.clock import Clock
 from ira.core.commit import OutboxMessage
@@ -72,17 +74,39 @@ class Scanner:
     on_report: Callable[[ScanReport], None] = lambda _r: None
 
     async def scan_once(self) -> ScanReport:
+        """A pass. It looks for work with a reader first and opens a write transaction only for
+        a kind it found: most passes find nothing, and an empty write transaction still costs
+        BEGIN and COMMIT on PostgreSQL and SQLite's one write lock (which the webhook's and
+        triage's commits wait for). Each write transaction reads its rows again, so what the
+        reader saw only decides whether to look."""
         await self._ensure_topics()
-        report = ScanReport(woken=await self._wake_steps(), timers_fired=await self._fire_timers(),
-                            resent=await self._resend_unapplied())
-        async with self.db.reader() as conn:
-            report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
-            report.unsent = await effects.unsent_by_topic(conn, now=self.clock.now())
-            report.backlog = await read_backlog(conn, now=self.clock.now())
+        async with self.db.snapshot() as conn:  # on SQLite inline: three LIMIT 1 reads by index
+            found = await self._found(conn, now=self.clock.now())
+        report = ScanReport(woken=await self._wake_steps() if "steps" in found else 0,
+                            timers_fired=await self._fire_timers() if "timers" in found else 0,
+                            resent=await self._resend_unapplied() if "resends" in found else Counter())
+        async with self.db.reader() as conn:  # counts that grow with the queues: off the loop on SQLite
+            await self._measure(conn, report)
         self.passes += 1
         self.last = report
         self.on_report(report)
         return report
+
+    async def _found(self, conn: AsyncConnection, *, now: datetime) -> set[str]:
+        """Which kinds of work are there: steps to wake, timers due, watched messages to settle."""
+        found = set()
+        if await steps.find_wakeable(conn, now=now, quiet=self.quiet, limit=1):
+            found.add("steps")
+        if await timers.due_timers(conn, now=now, limit=1):
+            found.add("timers")
+        if await effects.any_to_settle(conn, now=now, after=self.resend_after):
+            found.add("resends")
+        return found
+
+    async def _measure(self, conn: AsyncConnection, report: ScanReport) -> None:
+        report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
+        report.unsent = await effects.unsent_by_topic(conn, now=self.clock.now())
+        report.backlog = await read_backlog(conn, now=self.clock.now())
 
     async def _ensure_topics(self) -> None:
         if self.admin is not None:

@@ -79,3 +79,30 @@ async def test_outbox_backlog_is_measured(db: Database) -> None:
     clock.advance(timedelta(seconds=4))
     report = await Scanner(db=db, clock=clock, environment="prod", quiet=QUIET).scan_once()
     assert report.outbox_oldest_age == timedelta(seconds=4)
+
+
+async def test_a_pass_that_finds_nothing_opens_no_write_transaction(db: Database) -> None:
+    """Most passes find nothing: they read, and leave the write lock (SQLite) and BEGIN/COMMIT
+    (PostgreSQL) to the transactions that have something to write."""
+    clock = FrozenClock(T0)
+    async with db.transaction() as conn:
+        await runs.create_run(conn, new_run(), at=T0)
+        await timers.schedule_timer(conn, timers.Timer(tenant_id="acme", timer_id="t1", kind="approval_expiry",
+                                                       run_id="r1", due_at=T0 + timedelta(minutes=30)))
+    await mark_all_sent(db)
+    opened: list[int] = []
+    transaction = db.transaction
+
+    def counted():  # type: ignore[no-untyped-def]
+        opened.append(1)
+        return transaction()
+
+    db.transaction = counted  # type: ignore[method-assign]
+    scanner = Scanner(db=db, clock=clock, environment="prod", quiet=QUIET)
+    report = await scanner.scan_once()
+    assert (report.woken, report.timers_fired, len(opened)) == (0, 0, 0)
+    assert report.backlog is not None and scanner.passes == 1  # measured all the same
+    clock.advance(timedelta(minutes=31))  # the timer is due, and the step quiet long enough to wake
+    report = await scanner.scan_once()
+    assert (report.woken, report.timers_fired, len(opened)) == (1, 1, 2)
+    assert (await scanner.scan_once()).timers_fired == 0 and len(opened) == 2  # nothing left: reads only

@@ -30,6 +30,11 @@ _UNSENT = select(_o.topic, func.count(), func.min(_o.created_at)).where(_o.sent_
 runs on a prepared statement (``pg_fast``); built per call each cost ~3x the CPU."""
 
 
+async def any_to_settle(conn: AsyncConnection, *, now: datetime, after: timedelta) -> bool:
+    """Whether ``resend_unapplied`` would find a row (the scanner asks a reader first)."""
+    return (await conn.execute(_WATCHED, {"sent_by": now - after, "now": now, "limit": 1})).first() is not None
+
+
 async def resend_unapplied(conn: AsyncConnection, *, now: datetime, after: timedelta, limit: int) -> Counter[str]:
     """Settle up to ``limit`` watched rows sent at least ``after`` ago: end the watch of those
     applied, put the others back to unsent. Returns how many were re-sent, per topic."""
