@@ -446,6 +446,38 @@ async def test_a_record_failing_transiently_is_never_committed_past_within_max_h
     assert await committed_offset(kafka, consumer.group_id, tp) is None
 
 
+# --- an idle consumer -------------------------------------------------------------------------
+
+
+async def test_an_idle_consumer_comes_round_per_idle_wake_not_per_fetch(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer
+) -> None:
+    """A short fetch wait (the run requests' 20 ms) is for the embedded broker, which answers a
+    fetch only when its wait ends: the consumer's own loop (its gauges, its bookkeeping) need not
+    come round with every empty fetch, and a record still wakes it as soon as a fetch brings it."""
+    rounds: list[float] = []
+    handled: list[str] = []
+
+    async def handle(env: Envelope, meta: RecordMeta) -> None:
+        handled.append(env.message_id)
+
+    settings = replace(FAST, fetch_wait=timedelta(milliseconds=20), idle_wake=timedelta(milliseconds=500))
+    consumer = ConsumerRunner(
+        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handle,
+        topics=[topic_name(Topic.ALERTS, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env),
+        inbox=False, settings=settings, on_lag=lambda _lags: rounds.append(time.monotonic()))
+    async with running(consumer):
+        await eventually(lambda: len(rounds) >= 2)  # joined and idle
+        first, start = len(rounds), time.monotonic()
+        await eventually(lambda: time.monotonic() - start >= 1.5, timeout=5)  # an idle window of 1.5 s
+        idle_rounds, window = len(rounds) - first, time.monotonic() - start
+        assert idle_rounds <= window / 0.5 + 2, f"{idle_rounds} rounds in {window:.1f} s idle (a fetch is 20 ms)"
+        sent = envelope()
+        await producer.publish(topic_name(Topic.ALERTS, bus_env), KEY, sent)
+        await eventually(lambda: handled == [sent.message_id])
+    assert consumer.stats.processed == 1
+
+
 # --- tracing, no-inbox mode -----------------------------------------------------------------
 
 
