@@ -100,6 +100,19 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
             await _drop_schema(postgres_test_url(), schema)
 
 
+def count_opened(db: Database, kind: str) -> list[str]:
+    """From now on, one entry per ``db.<kind>()`` opened (``transaction``, ``reader`` ...)."""
+    opened: list[str] = []
+    original = getattr(db, kind)
+
+    def counted():  # type: ignore[no-untyped-def]
+        opened.append(kind)
+        return original()
+
+    setattr(db, kind, counted)
+    return opened
+
+
 @contextmanager
 def statements(db: Database) -> Iterator[list[str]]:
     """Every SQL statement ``db`` executes while the block runs, whitespace folded."""

@@ -31,6 +31,8 @@ POLLS: dict[str, Callable[[AsyncConnection], Awaitable[Any]]] = {
     "intake.open_run_for": lambda c: open_run_for(c, "acme", "inc"),
     "timers.due_timers": lambda c: timers.due_timers(c, now=T0, limit=10),
     "parked.find_due": lambda c: parked.find_due(c, "triage", now=T0, limit=10),
+    "parked.summarize": lambda c: parked.summarize(c, "triage", now=T0),
+    "effects.any_to_settle": lambda c: effects.any_to_settle(c, now=T0, after=timedelta(seconds=30)),
     "backlog.read_backlog": lambda c: read_backlog(c, now=T0),
     "outbox.oldest_unsent_age": lambda c: outbox.oldest_unsent_age(c, now=T0),
     "effects.unsent_by_topic": lambda c: effects.unsent_by_topic(c, now=T0),

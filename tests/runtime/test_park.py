@@ -17,16 +17,19 @@ from aiokafka import TopicPartition
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ira.core.clock import SystemClock
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import DeadLetter, Envelope, Topic, topic_name
 from ira.core.errors import ConcurrentUpdateError, IllegalTransitionError
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.inbox import BatchHooks
+from ira.runtime.bus.park import ParkingLot
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import InboxHandler, RecordMeta
+from ira.runtime.store import parked as park_store
 from ira.runtime.store.database import Database
-from ira.runtime.store.parked import ParkedState, ParkSummary, parked_of
+from ira.runtime.store.parked import ParkedRecord, ParkedState, ParkSummary, parked_of
 from ira.runtime.telemetry import Metrics
 from ira.runtime.wiring import set_park
 from tests.eventually import eventually
@@ -41,7 +44,7 @@ from tests.runtime.test_bus import (
     recording_handler,
     running,
 )
-from tests.store_fixtures import postgres_test_url
+from tests.store_fixtures import count_opened, postgres_test_url
 
 db, producer = test_bus.db, test_bus.producer  # the bus tests' fixtures: a database with its effects table
 
@@ -326,3 +329,34 @@ async def test_a_connection_cut_under_a_record_is_retried_and_applied_once(
     # connection, and every record is applied once
     assert cut and consumer.stats.retries >= 1 and consumer.stats.dead_lettered == 0
     assert await applied(db) == [e.message_id for e in sent]
+
+
+@BOTH
+async def test_a_poll_that_finds_nothing_due_reads_the_park_in_the_same_reader(db: Database) -> None:
+    """Every consumer polls its park every ``park_poll``; most polls find nothing due, and the
+    park's summary (for /metrics) comes from the reader that looked."""
+    clock = SystemClock()
+    async with db.transaction() as conn:  # parked, due only in an hour
+        await park_store.park(conn, ParkedRecord(
+            tenant_id="acme", consumer=CONSUMER, message_id="m-1", topic="t", partition=0, offset=7, timestamp_ms=0,
+            key=None, value=b"v", headers={}, attempts=1, error_code="transient", reason="busy"),
+            at=clock.now(), due_at=clock.now() + timedelta(hours=1))
+    readers = count_opened(db, "reader")
+    summaries: list[ParkSummary] = []
+    tried: list[object] = []
+
+    async def attempt(raw: object, meta: RecordMeta, attempts: int) -> None:
+        tried.append(raw)
+
+    lot = ParkingLot(db, consumer=CONSUMER, clock=clock, lease=timedelta(seconds=30),
+                     poll=timedelta(milliseconds=20), backoff=lambda _exc, _n: timedelta(seconds=1))
+    stop = asyncio.Event()
+    task = asyncio.create_task(lot.run(stop, attempt, on_summary=summaries.append))  # type: ignore[arg-type]
+    try:
+        await eventually(lambda: len(summaries) >= 3)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert tried == []
+    assert {(s.parked, s.dead_lettered) for s in summaries} == {(1, 0)}
+    assert len(readers) == len(summaries)  # one reader per poll, not one to look and one to summarize

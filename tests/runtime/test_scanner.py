@@ -14,6 +14,7 @@ from ira.runtime.store.database import Database
 from ira.runtime.store.schema import outbox
 from ira.runtime.wakeup import STEP_READY, TIMER_FIRED
 from tests.contracts.test_store import T0, new_run
+from tests.store_fixtures import count_opened
 
 QUIET = timedelta(seconds=10)
 
@@ -90,14 +91,7 @@ async def test_a_pass_that_finds_nothing_opens_no_write_transaction(db: Database
         await timers.schedule_timer(conn, timers.Timer(tenant_id="acme", timer_id="t1", kind="approval_expiry",
                                                        run_id="r1", due_at=T0 + timedelta(minutes=30)))
     await mark_all_sent(db)
-    opened: list[int] = []
-    transaction = db.transaction
-
-    def counted():  # type: ignore[no-untyped-def]
-        opened.append(1)
-        return transaction()
-
-    db.transaction = counted  # type: ignore[method-assign]
+    opened = count_opened(db, "transaction")
     scanner = Scanner(db=db, clock=clock, environment="prod", quiet=QUIET)
     report = await scanner.scan_once()
     assert (report.woken, report.timers_fired, len(opened)) == (0, 0, 0)

@@ -141,24 +141,29 @@ class ParkingLot:
         """Until ``stop``: every ``poll``, try the due parked records again, then report the park."""
         while not stop.is_set():
             try:
-                await self._redrive(stop, attempt)
+                read = await self._redrive(stop, attempt, summarize=on_summary is not None)
                 if on_summary is not None:
-                    on_summary(await self.summary())
+                    on_summary(read if read is not None else await self.summary())
             except Exception as exc:  # a worker loop: the rows stay in the store for the next round
                 log.warning("consumer %s: re-drive of parked records failed: %r", self._consumer, exc)
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._poll.total_seconds())
 
-    async def _redrive(self, stop: asyncio.Event, attempt: Attempt) -> None:
+    async def _redrive(self, stop: asyncio.Event, attempt: Attempt, *, summarize: bool = False) -> ParkSummary | None:
+        """Try the due parked records again. A poll that finds none (most do) also reads the park's
+        summary, with ``summarize``, in the same reader, and returns it; else None."""
         async with self._db.reader() as conn:  # no write lock on a poll that finds nothing
             due = await store.find_due(conn, self._consumer, now=self._clock.now(), limit=self._batch)
+            if not due:
+                return await store.summarize(conn, self._consumer, now=self._clock.now()) if summarize else None
         for parked in due:
             if stop.is_set():
-                return
+                break
             async with self._db.transaction() as conn:
                 if not await store.claim(conn, parked, now=self._clock.now(), lease=self._lease):
                     continue  # another replica of this consumer has it
             await self._retry(parked, attempt)
+        return None
 
     async def _retry(self, parked: ParkedRecord, attempt: Attempt) -> None:
         raw = StoredRecord.of(parked)

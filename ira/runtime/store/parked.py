@@ -141,13 +141,16 @@ async def unpark(conn: AsyncConnection, record_id: int) -> None:
 
 async def summarize(conn: AsyncConnection, consumer: str, *, now: datetime) -> ParkSummary:
     """How many rows of ``consumer`` are parked (and the oldest's age) and dead-lettered."""
-    c = parked_records.c
-    rows = (await conn.execute(select(c.state, func.count(), func.min(c.parked_at))
-                               .where(c.consumer == consumer).group_by(c.state))).all()
+    rows = (await conn.execute(_SUMMARY, {"consumer": consumer})).all()
     found = {state: (int(count), oldest) for state, count, oldest in rows}
     parked, oldest = found.get(ParkedState.PARKED.value, (0, None))
     return ParkSummary(parked=parked, oldest_parked_age=_age(oldest, now),
                        dead_lettered=found.get(ParkedState.DEAD_LETTERED.value, (0, None))[0])
+
+
+_SUMMARY = select(parked_records.c.state, func.count(), func.min(parked_records.c.parked_at)).where(
+    parked_records.c.consumer == bindparam("consumer")).group_by(parked_records.c.state)
+"""Built once: every consumer reads it with its re-drive poll (every ``consumer.park_poll``)."""
 
 
 def _age(oldest: datetime | None, now: datetime) -> timedelta:
