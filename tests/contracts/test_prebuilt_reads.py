@@ -1,5 +1,5 @@
-"""The store's polls and lookups are statements built once (the scanner's and re-drive's every
-pass, a decision's run lookups, ``append_events``' numbering): after their first execution they
+"""The store's polls and lookups are statements built once (the scanner's, re-drive's and replay
+loop's every pass, a decision's run lookups, ``append_events``' numbering): after their first execution they
 run from a compiled plan on both drivers (``pg_fast``, ``sqlite_fast``), never through
 SQLAlchemy's ``execute``, and they answer as the statements they replaced did."""
 
@@ -17,6 +17,7 @@ from ira.core.budget import BudgetDimension
 from ira.core.commit import EventDraft
 from ira.core.errors import NotFoundError
 from ira.core.events import RunEventType
+from ira.replay import store as replay_store
 from ira.runtime.store import budget, effects, outbox, parked, runs, steps, timers
 from ira.runtime.store.backlog import read_backlog
 from ira.runtime.store.database import Database
@@ -33,6 +34,7 @@ POLLS: dict[str, Callable[[AsyncConnection], Awaitable[Any]]] = {
     "parked.find_due": lambda c: parked.find_due(c, "triage", now=T0, limit=10),
     "parked.summarize": lambda c: parked.summarize(c, "triage", now=T0),
     "effects.any_to_settle": lambda c: effects.any_to_settle(c, now=T0, after=timedelta(seconds=30)),
+    "replay.active": lambda c: replay_store.active(c, limit=2),
     "backlog.read_backlog": lambda c: read_backlog(c, now=T0),
     "outbox.oldest_unsent_age": lambda c: outbox.oldest_unsent_age(c, now=T0),
     "effects.unsent_by_topic": lambda c: effects.unsent_by_topic(c, now=T0),
