@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -80,28 +80,20 @@ class Scanner:
         triage's commits wait for). Each write transaction reads its rows again, so what the
         reader saw only decides whether to look."""
         await self._ensure_topics()
+        now = self.clock.now()
         async with self.db.snapshot() as conn:  # on SQLite inline: three LIMIT 1 reads by index
-            found = await self._found(conn, now=self.clock.now())
-        report = ScanReport(woken=await self._wake_steps() if "steps" in found else 0,
-                            timers_fired=await self._fire_timers() if "timers" in found else 0,
-                            resent=await self._resend_unapplied() if "resends" in found else Counter())
+            wake = bool(await steps.find_wakeable(conn, now=now, quiet=self.quiet, limit=1))
+            fire = bool(await timers.due_timers(conn, now=now, limit=1))
+            settle = await effects.any_to_settle(conn, now=now, after=self.resend_after)
+        report = ScanReport(woken=await self._wake_steps() if wake else 0,
+                            timers_fired=await self._fire_timers() if fire else 0,
+                            resent=await self._resend_unapplied() if settle else Counter())
         async with self.db.reader() as conn:  # counts that grow with the queues: off the loop on SQLite
             await self._measure(conn, report)
         self.passes += 1
         self.last = report
         self.on_report(report)
         return report
-
-    async def _found(self, conn: AsyncConnection, *, now: datetime) -> set[str]:
-        """Which kinds of work are there: steps to wake, timers due, watched messages to settle."""
-        found = set()
-        if await steps.find_wakeable(conn, now=now, quiet=self.quiet, limit=1):
-            found.add("steps")
-        if await timers.due_timers(conn, now=now, limit=1):
-            found.add("timers")
-        if await effects.any_to_settle(conn, now=now, after=self.resend_after):
-            found.add("resends")
-        return found
 
     async def _measure(self, conn: AsyncConnection, report: ScanReport) -> None:
         report.outbox_oldest_age = await outbox.oldest_unsent_age(conn, now=self.clock.now())
