@@ -45,12 +45,13 @@ async def record_decision(
                         conn, consumer=ACTIONS_CONSUMER, keys=[(tenant_id, _fit(action_key))], at=deps.clock.now()):
                     approval = await records.get_approval(conn, tenant_id, approval_id)
                     return approval, Judgement(verdict=Verdict.DUPLICATE, message="this action was recorded before")
-                approval, judgement = await gate.decide(
+                decided = await gate.decide_in_view(
                     conn, tenant_id, approval_id, choice=choice, principal=principal, roles=roles, reason=reason,
                     config=deps.config, at=deps.clock.now(), shown=shown)
-                if with_intent and judgement.verdict == Verdict.APPLY and choice == Choice.APPROVE:
-                    await ticket.prepare_with_decision(deps, conn, tenant_id, approval.run_id)
-                return approval, judgement
+                if with_intent and decided.judgement.verdict == Verdict.APPLY and choice == Choice.APPROVE:
+                    await ticket.prepare_with_decision(deps, conn, tenant_id, decided.approval.run_id,
+                                                       view=decided.view)
+                return decided.approval, decided.judgement
         except NotHere as failed:  # at most once: the next try makes no intent
             log.warning("approval %s: the ticket's intent failed in the decision's transaction; the decision "
                         "commits alone", approval_id, exc_info=failed.__cause__)

@@ -128,6 +128,30 @@ async def decide(
 ) -> tuple[Approval, Judgement]:
     """Judge and, if it may, apply one decision; a refusal is recorded on the run's log.
     ``shown``: the draft the decider saw (a chat button's binding), which must be the approval's."""
+    decided = await decide_in_view(conn, tenant_id, approval_id, choice=choice, principal=principal, roles=roles,
+                                   reason=reason, config=config, at=at, shown=shown)
+    return decided.approval, decided.judgement
+
+
+@dataclass(frozen=True)
+class Decided:
+    """:func:`decide_in_view`'s answer: the approval as decided, the judgement, and the run's
+    :class:`ApprovalView` as this transaction now holds it (the decided approval in it)."""
+
+    approval: Approval
+    judgement: Judgement
+    view: ApprovalView
+
+
+async def decide_in_view(
+    conn: AsyncConnection, tenant_id: str, approval_id: str, *, choice: Choice, principal: str,
+    roles: frozenset[str], reason: str | None, config: WorkflowConfig, at: datetime, shown: Shown | None = None,
+) -> Decided:
+    """:func:`decide`, with the approval view it judged against as the decision left it: what
+    the rest of this transaction would read again (the ticket's permit in the decision's own
+    transaction, ``ticket.prepare_with_decision``). The decision writes no draft and no
+    incident version, and the run stays locked until the transaction ends, so the view holds
+    until then; a later transaction reads its own."""
     run = await _locked(conn, tenant_id, approval_id)
     view = await approval_view(conn, run)
     approval, draft, version = view.approval(approval_id), view.draft, view.version
@@ -141,15 +165,16 @@ async def decide(
             "approval_id": approval_id, "principal": principal, "decision": choice.value,
             "code": judgement.code, "message": judgement.message})], at=at)
     if judgement.verdict != Verdict.APPLY:
-        return approval, judgement
+        return Decided(approval, judgement, view)
     if not await records.settle_approval(conn, approval, target_state(choice), at=at, by=principal, reason=reason):
         raise ConcurrentUpdateError(f"approval {approval_id} was decided concurrently")
     await timers.cancel_timer(conn, tenant_id, expiry_timer_id(approval_id), now=at)
     with _wait_span(run, approval, outcome=target_state(choice).value, principal=principal):
         await _apply(conn, run, approval, choice=choice, principal=principal, config=config, at=at)
     # what settle_approval wrote, under the run lock: no need to read it back
-    return approval.model_copy(update={"state": target_state(choice), "decided_by": principal, "decided_at": at,
-                                       "reason": reason}), judgement
+    settled = approval.model_copy(update={"state": target_state(choice), "decided_by": principal, "decided_at": at,
+                                          "reason": reason})
+    return Decided(settled, judgement, view.with_approval(settled))
 
 
 def _wait_span(run: Run, approval: Approval, *, outcome: str, principal: str | None) -> AbstractContextManager[Span]:
@@ -237,6 +262,11 @@ class ApprovalView:
     def usable(self) -> Approval | None:
         """:func:`usable_approval` of the current draft (None without one)."""
         return _usable(self.approvals, self.draft, self.version) if self.draft is not None else None
+
+    def with_approval(self, approval: Approval) -> ApprovalView:
+        """This view with ``approval`` in place of the one of its id (as settled in this transaction)."""
+        return ApprovalView(self.draft, self.version, tuple(
+            approval if a.approval_id == approval.approval_id else a for a in self.approvals))
 
 
 async def approval_view(conn: AsyncConnection, run: Run) -> ApprovalView:

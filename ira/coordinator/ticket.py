@@ -174,10 +174,12 @@ async def _prepare(deps: Deps, ctx: StepContext, *, claimed: Run | None) -> _Pre
                                                                              ctx.claim.run_id))
 
 
-async def _prepare_in(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run) -> _Prepared | None:
-    """:func:`_prepare` in ``conn``'s transaction, on ``run`` as this transaction holds it locked."""
+async def _prepare_in(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: Run, *,
+                      view: gate.ApprovalView | None = None) -> _Prepared | None:
+    """:func:`_prepare` in ``conn``'s transaction, on ``run`` as this transaction holds it locked;
+    ``view``: the run's approval view as this transaction holds it, if it has one (else read here)."""
     now, c = deps.clock.now(), ctx.claim
-    view = await gate.approval_view(conn, run)
+    view = view or await gate.approval_view(conn, run)
     draft = view.draft
     doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
     if run.state != RunState.RUNNING or draft is None or doc is None:
@@ -202,7 +204,8 @@ class PreparedWithDecision:
     prepared: _Prepared | None
 
 
-async def prepare_with_decision(deps: Deps, conn: AsyncConnection, tenant_id: str, run_id: str) -> None:
+async def prepare_with_decision(deps: Deps, conn: AsyncConnection, tenant_id: str, run_id: str, *,
+                                view: gate.ApprovalView | None = None) -> None:
     """C4 (the intent and, if it may be sent, its SUBMITTED permit) in the transaction of the
     approval decision whose commit readied ``create_ticket``, under the claim this process's
     intake took in it (``intake.claimed_here``); the step's handler, started after the commit,
@@ -211,7 +214,8 @@ async def prepare_with_decision(deps: Deps, conn: AsyncConnection, tenant_id: st
     Nothing is sent before the decision and the permit have committed together, and the permit
     checks what the handler's own transaction would check right after that commit: the run is
     held by the decision's compare-and-set, and the draft, the approvals and the approval just
-    settled are read in this transaction (``dispatch_problem``). Its failure must not cost the
+    settled are read in this transaction (``dispatch_problem``; ``view``: the decision's own
+    read of them, as its transaction now holds them, ``gate.decide_in_view``). Its failure must not cost the
     decision: raised as :class:`NotHere`, the caller makes the decision again without it
     (``decisions.record_decision``) and the step goes its usual way. Nothing without such a
     claim (no intake of this process took the step)."""
@@ -219,7 +223,7 @@ async def prepare_with_decision(deps: Deps, conn: AsyncConnection, tenant_id: st
     if ctx is None:
         return
     try:
-        prepared = await _prepare_in(deps, conn, ctx, ctx.run)
+        prepared = await _prepare_in(deps, conn, ctx, ctx.run, view=view)
     except Exception as exc:  # anything: the decision must not depend on it
         raise NotHere(f"create_ticket of run {run_id} could not be prepared with its approval") from exc
     carry(conn, ctx, PreparedWithDecision(prepared))
