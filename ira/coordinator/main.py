@@ -38,7 +38,9 @@ DECISION_FETCH_WAIT = timedelta(milliseconds=20)
 """The run requests' consumer: a new run's hop from triage's publish is up to ~half of this on
 the embedded broker (a decision's publish -> the coordinator's handler, p50: ~11 ms at 50 ms,
 ~6 ms at 20 ms, ~4.5 ms at 10 ms); idle, the polls cost ~2.3 % of a core in the coordinator
-and ~2.7 % in the broker at 20 ms (0.9 % and 1.0 % at 100 ms; bench/README.md, 2026-12-04)."""
+and ~2.7 % in the broker at 20 ms (0.9 % and 1.0 % at 100 ms; bench/README.md, 2026-12-04), so
+after ``consumer.idle_after`` without a record these consumers fetch with
+``consumer.idle_fetch_wait`` instead (:mod:`ira.runtime.bus.pace`)."""
 
 
 def build_deps(platform: Platform) -> Deps:

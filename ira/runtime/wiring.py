@@ -114,6 +114,7 @@ def consumer_settings(settings: Settings, *, batch_size: int = 1,
                             batch_size=batch_size, max_hold=settings.consumer.max_hold,
                             park_poll=settings.consumer.park_poll,
                             max_unexpected_attempts=settings.consumer.max_unexpected_attempts,
+                            idle_fetch_wait=settings.consumer.idle_fetch_wait, idle_after=settings.consumer.idle_after,
                             faults=settings.faults)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.consumer import fetcher as fetcher_module
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -476,6 +477,45 @@ async def test_an_idle_consumer_comes_round_per_idle_wake_not_per_fetch(
         await producer.publish(topic_name(Topic.ALERTS, bus_env), KEY, sent)
         await eventually(lambda: handled == [sent.message_id])
     assert consumer.stats.processed == 1
+
+
+async def test_a_quiet_consumer_asks_the_broker_at_its_idle_fetch_wait_and_a_record_puts_the_short_one_back(
+    kafka: EmbeddedKafka, bus_env: str, producer: BusProducer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded broker answers a fetch when its wait ends: a 20 ms wait is 50 broker round
+    trips a second even when nothing comes. Quiet for ``idle_after``, the consumer fetches with
+    ``idle_fetch_wait``; the record that ends the quiet is still handled, and the short wait is back."""
+    sent_waits: list[int] = []
+    request = fetcher_module.FetchRequest
+
+    def counted(max_wait_ms: int, *args: object, **kwargs: object) -> object:
+        sent_waits.append(max_wait_ms)
+        return request(max_wait_ms, *args, **kwargs)
+
+    monkeypatch.setattr(fetcher_module, "FetchRequest", counted)  # every fetch the consumer sends
+    handled: list[str] = []
+
+    async def handle(env: Envelope, meta: RecordMeta) -> None:
+        handled.append(env.message_id)
+
+    settings = replace(FAST, fetch_wait=timedelta(milliseconds=20), idle_fetch_wait=timedelta(milliseconds=400),
+                       idle_after=timedelta(milliseconds=300))
+    consumer = ConsumerRunner(
+        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handle,
+        topics=[topic_name(Topic.ALERTS, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env),
+        inbox=False, settings=settings)
+    async with running(consumer):
+        await eventually(lambda: consumer.pace is not None and consumer.pace.idle, timeout=10)  # joined, quiet
+        await eventually(lambda: sent_waits[-1:] == [400])
+        first, start = len(sent_waits), time.monotonic()
+        await eventually(lambda: time.monotonic() - start >= 1.6, timeout=5)  # an idle window of 1.6 s
+        idle_fetches = len(sent_waits) - first
+        assert 1 <= idle_fetches <= 6, f"{idle_fetches} fetches in 1.6 s idle (at 20 ms: ~80)"
+        sent = envelope()
+        await producer.publish(topic_name(Topic.ALERTS, bus_env), KEY, sent)
+        await eventually(lambda: handled == [sent.message_id])
+        await eventually(lambda: sent_waits[-1:] == [20])  # busy again: the short wait
+        assert consumer.pace is not None and not consumer.pace.idle
 
 
 # --- tracing, no-inbox mode -----------------------------------------------------------------

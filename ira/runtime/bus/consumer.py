@@ -46,6 +46,7 @@ from ira.core.errors import BrokerUnavailableError, InvalidMessageError
 from ira.runtime.bus import tracing
 from ira.runtime.bus.inbox import BatchHooks, BatchItemError, InboxApplier
 from ira.runtime.bus.options import ConsumerSettings, after_apply
+from ira.runtime.bus.pace import FetchPace
 from ira.runtime.bus.park import Hold, ParkingLot
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
@@ -79,6 +80,16 @@ _DROPPED = {Disposition.DROP_DUPLICATE: Outcome.DUPLICATE, Disposition.DROP_STAL
 
 def _ms(delta: timedelta) -> int:
     return int(delta.total_seconds() * 1000)
+
+
+def set_fetch_wait(consumer: AIOKafkaConsumer, wait: timedelta) -> None:
+    """The wait of ``consumer``'s next fetches (the one in flight keeps its own). aiokafka reads
+    its fetcher's ``_fetch_max_wait_ms`` for every fetch request it builds and offers no setter;
+    ``tests/runtime/test_bus.py`` fails if an upgrade moves it."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        raise RuntimeError("aiokafka's fetcher has no _fetch_max_wait_ms: the fetch wait cannot be paced")
+    fetcher._fetch_max_wait_ms = _ms(wait)
 
 
 class ConsumerRunner:
@@ -127,6 +138,8 @@ class ConsumerRunner:
         self.stats = ConsumerStats()
         self._contexts = tracing.ConsumedContexts()
         self._consumer: AIOKafkaConsumer | None = None
+        self.pace: FetchPace | None = None
+        """While running with ``settings.idle_fetch_wait``: its fetch wait now (:mod:`~ira.runtime.bus.pace`)."""
         self._faults, self._after_apply = FaultPoints(settings.faults), after_apply(name)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -139,9 +152,16 @@ class ConsumerRunner:
         consumer = self._consumer = await self._start_consumer(duty)
         redrive = None if self.parking is None else asyncio.create_task(
             self.parking.run(stop, self._attempt_reported, on_summary=self._on_parked))
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        pace = self.pace = FetchPace(busy_wait=s.fetch_wait, idle_wait=s.idle_fetch_wait, idle_after=s.idle_after,
+                                     started=loop.time()) \
+            if s.idle_fetch_wait is not None and s.idle_fetch_wait > s.fetch_wait else None
         try:
             while not stop.is_set():
                 fetched = await self._fetch(consumer, stop)
+                if pace is not None and (wait := pace.after_fetch(bool(fetched), loop.time())) is not None:
+                    set_fetch_wait(consumer, wait)
                 duty.report(idle=not fetched)
                 await self._apply_urgent(fetched)
                 for tp, records in fetched.items():
@@ -197,7 +217,8 @@ class ConsumerRunner:
             fetched = await consumer.getmany(timeout_ms=0, max_records=max_records)
             if fetched or stop.is_set():
                 return fetched
-            wait_ms = _ms(max(self.settings.fetch_wait, self.settings.idle_wake))
+            fetch_wait = self.pace.wait if self.pace is not None else self.settings.fetch_wait
+            wait_ms = _ms(max(fetch_wait, self.settings.idle_wake))
             waiting = asyncio.ensure_future(consumer.getmany(timeout_ms=wait_ms, max_records=max_records))
             stopped = asyncio.ensure_future(stop.wait())
             try:

@@ -17,6 +17,12 @@ class ConsumerSettings:
     fetch_wait: timedelta = timedelta(milliseconds=500)
     """Longest a fetch waits at the broker for records (the embedded broker answers only when
     it ends, so it is how late a record published into an idle partition can arrive there)."""
+    idle_fetch_wait: timedelta | None = None
+    """The fetch wait once the consumer has had no record for ``idle_after``, if longer than
+    ``fetch_wait`` (None: always ``fetch_wait``). A short ``fetch_wait`` is a broker round trip
+    per wait even when nothing comes; paced, the first record after a quiet spell arrives within
+    this, the rest within ``fetch_wait`` again (:mod:`ira.runtime.bus.pace`)."""
+    idle_after: timedelta = timedelta(seconds=10)
     idle_wake: timedelta = timedelta(milliseconds=500)
     """How often an idle consumer's loop comes round (its lag gauges, a stop) when its fetches
     bring nothing, if ``fetch_wait`` is shorter: records wake it the moment a fetch brings them,

@@ -172,7 +172,8 @@ class TelemetrySettings(Section):
 
 
 class ConsumerTuning(Section):
-    """How a consumer treats a record that fails (``consumer:``); the same for every role."""
+    """How a consumer treats a record that fails, and how often an idle one asks the broker
+    (``consumer:``); the same for every role."""
 
     max_hold: Duration = timedelta(seconds=1)
     """Longest a partition waits on a transiently failing record (retried in place with backoff);
@@ -181,6 +182,15 @@ class ConsumerTuning(Section):
     """How often each consumer tries its due parked records again (and refreshes its park gauges)."""
     max_unexpected_attempts: int = Field(default=5, ge=1, le=100)
     """Tries for a failure outside ira's error tree (a bug) before the record is dead-lettered."""
+    idle_fetch_wait: Duration = timedelta(milliseconds=500)
+    """The fetch wait of a consumer that fetches with a shorter one (the coordinator's: run
+    requests 20 ms, updates and step wake-ups 100 ms) once it has had no record for
+    ``idle_after``: the embedded broker answers a fetch only when its wait ends, so a short wait
+    is a poll, and idle polls were most of an idle ``ira dev``'s CPU. The first record after a
+    quiet spell arrives within this; the fetch that brings it puts the short wait back. Apache
+    Kafka answers on arrival: there it costs no latency."""
+    idle_after: Duration = timedelta(seconds=10)
+    """How long without a record before a consumer fetches with ``idle_fetch_wait``."""
 
 
 class RuntimeTuning(Section):
