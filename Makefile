@@ -29,7 +29,7 @@ faults: $(STAMP)
 	$(PY) -m tests.faults --repetitions $(FAULT_REPETITIONS)
 
 # Smoke-runs every benchmark with a small workload; figures go to stdout as JSON lines.
-BENCHES := store sqlite_processes bus steps engine triage noise runs investigate investigation ingest slack storm poison replay
+BENCHES := store sqlite_processes bus steps engine triage noise runs investigate investigation ingest slack storm poison replay idle
 
 bench: $(STAMP)
 	@for name in $(BENCHES); do \

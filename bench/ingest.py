@@ -248,10 +248,11 @@ def dev_tree(pid: int, data_dir: Path) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def ira_dev(tmp: Path, *, sampled: bool = False) -> Iterator[Target]:
+def ira_dev(tmp: Path, *, sampled: bool = False, timed_handles: bool = False) -> Iterator[Target]:
     """The whole ``ira dev`` (every role, embedded broker and Redis, SQLite), dev config with the
     edge's rate limits raised; stopped with SIGINT (its drain), killed if that hangs. ``sampled``:
-    under ``bench/task_sampler.py`` (writes ``<tmp>/dev/task-samples.json`` on SIGUSR2)."""
+    under ``bench/task_sampler.py`` (writes ``<tmp>/dev/task-samples.json`` on SIGUSR2);
+    ``timed_handles``: under ``bench/handle_timer.py`` (``<tmp>/dev/handle-times.json``)."""
     home = tmp / "dev"
     home.mkdir()
     port = free_port()
@@ -259,9 +260,10 @@ def ira_dev(tmp: Path, *, sampled: bool = False) -> Iterator[Target]:
     env.update(IRA_CONFIG=str(ira_config(home, "store")), IRA_DATA_DIR=str(home / "data"), IRA_HTTP_PORT=str(port))
     url = f"http://127.0.0.1:{port}"
     command = [str(IRA), "dev"]
-    if sampled:
-        command = [sys.executable, "-m", "bench.task_sampler", "dev"]
+    if sampled or timed_handles:
+        command = [sys.executable, "-m", "bench.task_sampler" if sampled else "bench.handle_timer", "dev"]
         env.update(BENCH_TASK_SAMPLES=str(home / "task-samples.json"),
+                   BENCH_HANDLE_TIMES=str(home / "handle-times.json"),
                    PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     with (home / "dev.log").open("ab") as out:
         process = subprocess.Popen(command, env=env, cwd=home, stdout=out,  # noqa: S603

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -87,13 +88,19 @@ def _stop(*_: Any) -> None:
     os.replace(f"{path}.part", path)
 
 
-def main() -> None:
-    signal.signal(signal.SIGUSR1, _start)
-    signal.signal(signal.SIGUSR2, _stop)
+def run_ira(on_usr1: Callable[..., Any], on_usr2: Callable[..., Any]) -> None:
+    """The ``ira`` command this command line names (``python -m bench.<tool> dev``), with the
+    tool's handlers on SIGUSR1 (start) and SIGUSR2 (report); bench/handle_timer.py's too."""
+    signal.signal(signal.SIGUSR1, on_usr1)
+    signal.signal(signal.SIGUSR2, on_usr2)
     from ira.runtime.cli import main as ira
 
     sys.argv = ["ira", *sys.argv[1:]]
     ira()
+
+
+def main() -> None:
+    run_ira(_start, _stop)
 
 
 if __name__ == "__main__":
