@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from ira.core.alert import SourceKind
 from ira.core.errors import ConfigError
 from ira.runtime.settings import AccessRole, Settings, load_settings, render_config_template
+from ira.runtime.wiring import consumer_settings
 
 
 @pytest.fixture(autouse=True)
@@ -190,3 +191,15 @@ def test_database_password_counts_as_a_secret() -> None:
 
     assert "pg-pass-1" in settings.secret_values()
     assert isinstance(settings, Settings)
+
+
+def test_a_quiet_consumers_fetch_wait_comes_from_the_config_to_every_consumer(tmp_path: Path) -> None:
+    """``consumer.idle_fetch_wait`` and ``consumer.idle_after`` reach the runners' settings: the
+    coordinator's short-polling consumers take them (its run requests' own wait kept)."""
+    assert (load_settings({}).consumer.idle_fetch_wait, load_settings({}).consumer.idle_after) == (
+        timedelta(milliseconds=500), timedelta(seconds=10))
+    written = write(tmp_path / "ira.yaml", render_config_template().replace(
+        "idle_fetch_wait: 500ms", "idle_fetch_wait: 2s").replace("idle_after: 10s", "idle_after: 1m"))
+    tuned = consumer_settings(load_settings({}, written), fetch_wait=timedelta(milliseconds=100))
+    assert (tuned.fetch_wait, tuned.idle_fetch_wait, tuned.idle_after) == (
+        timedelta(milliseconds=100), timedelta(seconds=2), timedelta(minutes=1))
