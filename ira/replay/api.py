@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -26,7 +27,9 @@ from ira.runtime.store import artifacts
 FINISHED_STEPS = frozenset({"done", "failed", "skipped"})
 
 
-def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
+def build_replay_api(platform: Platform, config: ReplayConfig, *,
+                     requested: Callable[[], None] = lambda: None) -> APIRouter:
+    """``requested``: called once a replay is stored (wakes this process's replay loop)."""
     authenticate = principal_for(platform.settings)
     router = authenticated_router(authenticate, prefix="/v1")
     who = Depends(authenticate)
@@ -53,6 +56,7 @@ def build_replay_api(platform: Platform, config: ReplayConfig) -> APIRouter:
                                                max_bytes=MAX_REPLAY_BODY, at=now)
             await store.create(conn, tenant_id=caller.tenant_id, replay_id=replay_id, bundle_id=body.manifest.bundle_id,
                                recording_ref=ref.ref, original=_original(body), events_total=len(body.events), at=now)
+        requested()
         async with db.reader() as conn:
             view = await _view(conn, await store.get(conn, caller.tenant_id, replay_id))
         return JSONResponse(view.model_dump(mode="json"), status_code=202)

@@ -24,23 +24,48 @@ def gateway_url(platform: Platform) -> str:
 
 
 class ReplayRole:
+    """The loop comes round every ``config.interval`` while a replay is active, and rests for
+    ``config.idle_interval`` while none is, woken by a replay this process's API stores: an idle
+    loop's reader every 200 ms was one of the larger costs of an idle ``ira dev``."""
+
     name = "replay"
     config = ReplayConfig()
 
+    def __init__(self) -> None:
+        self._wake: asyncio.Event | None = None
+
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
-        return (build_replay_api(platform, self.config),)
+        return (build_replay_api(platform, self.config, requested=self._requested),)
+
+    def _requested(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     async def run(self, platform: Platform, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(base_url=gateway_url(platform), timeout=10) as client:
-            loop = ReplayLoop(db=platform.db, clock=platform.clock, settings=platform.settings, client=client,
-                              config=self.config)
-            while not stop.is_set():
-                try:
-                    await loop.tick()
-                except Exception:  # a failed tick is retried on the next one; the rows hold the progress
-                    log.exception("replay: tick failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.config.interval.total_seconds())
+        wake = self._wake = asyncio.Event()
+        stopping = asyncio.create_task(_set_on(stop, wake))
+        try:
+            async with httpx.AsyncClient(base_url=gateway_url(platform), timeout=10) as client:
+                loop = ReplayLoop(db=platform.db, clock=platform.clock, settings=platform.settings, client=client,
+                                  config=self.config)
+                while not stop.is_set():
+                    wake.clear()  # before the tick: a replay stored during it wakes the rest after it
+                    try:
+                        active = await loop.tick()
+                    except Exception:  # a failed tick is retried on the next one; the rows hold the progress
+                        log.exception("replay: tick failed")
+                        active = True
+                    rest = self.config.interval if active else self.config.idle_interval
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), rest.total_seconds())
+        finally:
+            self._wake = None
+            stopping.cancel()
+
+
+async def _set_on(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    await stop.wait()
+    wake.set()
 
 
 role = ReplayRole()

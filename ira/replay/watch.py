@@ -34,6 +34,10 @@ class ReplayConfig:
     """Replays sending or running at once; more are refused (429), so staging never starves production."""
     timeout: timedelta = timedelta(minutes=10)
     interval: timedelta = timedelta(milliseconds=200)
+    """How often the loop comes round while a replay is sending or running."""
+    idle_interval: timedelta = timedelta(seconds=2)
+    """How often it looks while none is: a replay requested through this process's API wakes it
+    at once; one requested through another process's is picked up within this."""
 
 
 @dataclass
@@ -45,7 +49,8 @@ class ReplayLoop:
     """Points at this ira's own gateway: events take the normal ingest path."""
     config: ReplayConfig = ReplayConfig()
 
-    async def tick(self) -> None:
+    async def tick(self) -> bool:
+        """One round over the active replays; whether there was one (else the loop may rest)."""
         async with self.db.reader() as conn:
             rows = await store.active(conn, limit=self.config.max_active)
         for row in rows:
@@ -53,6 +58,7 @@ class ReplayLoop:
                 await self._send_due(row)
             else:
                 await self._watch(row)
+        return bool(rows)
 
     async def _send_due(self, row: Any) -> None:
         now = self.clock.now()
