@@ -179,7 +179,8 @@ async def _prepare_in(deps: Deps, conn: AsyncConnection, ctx: StepContext, run: 
     """:func:`_prepare` in ``conn``'s transaction, on ``run`` as this transaction holds it locked;
     ``view``: the run's approval view as this transaction holds it, if it has one (else read here)."""
     now, c = deps.clock.now(), ctx.claim
-    view = view or await gate.approval_view(conn, run)
+    if view is None:
+        view = await gate.approval_view(conn, run)
     draft = view.draft
     doc = await load_model(conn, c.tenant_id, draft.ref if draft else None, model=TicketDraft)
     if run.state != RunState.RUNNING or draft is None or doc is None:

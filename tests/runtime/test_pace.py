@@ -10,7 +10,7 @@ BUSY, IDLE, AFTER = timedelta(milliseconds=20), timedelta(milliseconds=500), tim
 
 
 def pace() -> FetchPace:
-    return FetchPace(busy_wait=BUSY, idle_wait=IDLE, idle_after=AFTER, started=100.0)
+    return FetchPace(busy_wait=BUSY, idle_wait=IDLE, idle_after=AFTER, quiet_since=100.0)
 
 
 def test_a_consumer_that_had_no_record_since_its_start_goes_idle_after_idle_after() -> None:

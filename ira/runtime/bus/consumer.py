@@ -82,14 +82,16 @@ def _ms(delta: timedelta) -> int:
     return int(delta.total_seconds() * 1000)
 
 
+def can_set_fetch_wait(consumer: AIOKafkaConsumer) -> bool:
+    """Whether :func:`set_fetch_wait` can reach ``consumer``'s fetcher (a started consumer's)."""
+    return hasattr(getattr(consumer, "_fetcher", None), "_fetch_max_wait_ms")
+
+
 def set_fetch_wait(consumer: AIOKafkaConsumer, wait: timedelta) -> None:
     """The wait of ``consumer``'s next fetches (the one in flight keeps its own). aiokafka reads
     its fetcher's ``_fetch_max_wait_ms`` for every fetch request it builds and offers no setter;
     ``tests/runtime/test_bus.py`` fails if an upgrade moves it."""
-    fetcher = getattr(consumer, "_fetcher", None)
-    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
-        raise RuntimeError("aiokafka's fetcher has no _fetch_max_wait_ms: the fetch wait cannot be paced")
-    fetcher._fetch_max_wait_ms = _ms(wait)
+    consumer._fetcher._fetch_max_wait_ms = _ms(wait)
 
 
 class ConsumerRunner:
@@ -153,10 +155,7 @@ class ConsumerRunner:
         redrive = None if self.parking is None else asyncio.create_task(
             self.parking.run(stop, self._attempt_reported, on_summary=self._on_parked))
         loop = asyncio.get_running_loop()
-        s = self.settings
-        pace = self.pace = FetchPace(busy_wait=s.fetch_wait, idle_wait=s.idle_fetch_wait, idle_after=s.idle_after,
-                                     started=loop.time()) \
-            if s.idle_fetch_wait is not None and s.idle_fetch_wait > s.fetch_wait else None
+        pace = self.pace = self._pace(consumer, loop.time())
         try:
             while not stop.is_set():
                 fetched = await self._fetch(consumer, stop)
@@ -176,6 +175,18 @@ class ConsumerRunner:
             self._consumer = None
             await _ended(redrive)
             await consumer.stop()  # leaves the group, so its partitions move on at once
+
+    def _pace(self, consumer: AIOKafkaConsumer, now: float) -> FetchPace | None:
+        """The fetch pace, if ``settings.idle_fetch_wait`` is longer than ``fetch_wait``. A
+        performance measure only: without a fetcher it can reach, the consumer keeps its wait."""
+        s = self.settings
+        if s.idle_fetch_wait is None or s.idle_fetch_wait <= s.fetch_wait:
+            return None
+        if not can_set_fetch_wait(consumer):
+            log.warning("consumer %s: aiokafka's fetch wait cannot be set; it stays %s", self.name, s.fetch_wait)
+            return None
+        return FetchPace(busy_wait=s.fetch_wait, idle_wait=s.idle_fetch_wait, idle_after=s.idle_after,
+                         quiet_since=now)
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per assigned (topic, partition): the partition's end (as last fetched) minus our commit."""

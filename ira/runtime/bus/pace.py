@@ -27,9 +27,8 @@ class FetchPace:
     busy_wait: timedelta
     idle_wait: timedelta
     idle_after: timedelta
-    last_records: float | None = None
-    """When (monotonic seconds) a fetch last brought records; None: not since the start."""
-    started: float = 0.0
+    quiet_since: float
+    """When (monotonic seconds) a fetch last brought records, or the consumer started."""
     idle: bool = field(default=False, init=False)
 
     @property
@@ -40,13 +39,12 @@ class FetchPace:
     def after_fetch(self, brought_records: bool, now: float) -> timedelta | None:
         """Record a fetch's outcome at ``now``; the new fetch wait if it changes, else None."""
         if brought_records:
-            self.last_records = now
+            self.quiet_since = now
             if self.idle:
                 self.idle = False
                 return self.busy_wait
             return None
-        quiet_since = self.started if self.last_records is None else self.last_records
-        if not self.idle and now - quiet_since >= self.idle_after.total_seconds():
+        if not self.idle and now - self.quiet_since >= self.idle_after.total_seconds():
             self.idle = True
             return self.idle_wait
         return None
