@@ -33,7 +33,7 @@ class NoBroker:
     async def publish_raw(self, topic: str, key: str, value: bytes, headers: object) -> object:
         raise AssertionError("an idle relay published")
 
-    async def publish_raw_many(self, records: Sequence[RawRecord]) -> list[object]:
+    async def publish_raw_many(self, records: Sequence[RawRecord], *, pack: object = ()) -> list[object]:
         raise AssertionError("an idle relay published")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -38,9 +38,11 @@ class RawPublisher(Protocol):
         """Raise BrokerUnavailableError when the broker did not acknowledge."""
         ...
 
-    async def publish_raw_many(self, records: Sequence[RawRecord]) -> Sequence[object]:
+    async def publish_raw_many(self, records: Sequence[RawRecord], *, pack: Container[str] = frozenset()
+                               ) -> Sequence[object]:
         """Send all, wait for all; per record its acknowledgement or the error (never raises
-        for one record: the caller marks what was acknowledged)."""
+        for one record: the caller marks what was acknowledged). Records of a topic in ``pack``
+        may travel several to a Kafka record (``ira.runtime.bus.pack``)."""
         ...
 
 

@@ -66,6 +66,8 @@ class OutboxRelay:
     on_published: Callable[[int], None] = lambda _n: None
     lanes: Sequence[Sequence[str]] = ()
     """Topics in priority order (``outbox.claim_batch``): latency-critical ones before bulk ones."""
+    pack: frozenset[str] = frozenset()
+    """Topics whose rows go out several to a Kafka record (:mod:`ira.runtime.bus.pack`): the alerts."""
 
     found: bool = True
     """Whether the last pass claimed anything. After an empty one, the next pass first asks a
@@ -89,7 +91,7 @@ class OutboxRelay:
         if not rows:
             return 0
         results = await self.publisher.publish_raw_many(
-            [RawRecord(topic=r.topic, key=r.key, value=r.value, headers=r.headers) for r in rows])
+            [RawRecord(topic=r.topic, key=r.key, value=r.value, headers=r.headers) for r in rows], pack=self.pack)
         self.faults.hit(AFTER_PUBLISH)
         sent = [r.id for r, res in zip(rows, results, strict=True) if not isinstance(res, BaseException)]
         async with self.db.standalone() as conn:

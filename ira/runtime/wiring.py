@@ -54,7 +54,8 @@ def build_relay(platform: Platform) -> OutboxRelay:
                        batch_size=tuning.relay_batch_size, poll_interval=tuning.relay_poll_interval,
                        faults=FaultPoints(platform.settings.faults), admin=PlatformTopics(platform),
                        on_published=platform.metrics.relay_published.inc,
-                       lanes=[[topic_name(t, env) for t in lane] for lane in RELAY_LANES])
+                       lanes=[[topic_name(t, env) for t in lane] for lane in RELAY_LANES],
+                       pack=frozenset({topic_name(Topic.ALERTS, env)} if tuning.relay_pack_alerts else ()))
 
 
 def build_scanner(platform: Platform) -> Scanner:

@@ -49,6 +49,7 @@ from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
 from ira.core.grouping import group_key, group_labels
 from ira.core.model import Model
+from ira.runtime.bus.pack import is_pack, unpack
 from ira.runtime.settings.triage import TriageSettings
 from ira.triage.decide import NoiseVerdict
 from ira.triage.noise import RedisNoiseState, noise_verdict, tally_key
@@ -102,6 +103,14 @@ def noise_event(value: bytes | None, settings: TriageSettings) -> NoiseEvent | N
     key = group_key(group_labels(alert, settings.group_by_for(alert.tenant_id)))
     return NoiseEvent(tenant_id=alert.tenant_id, group_key=key, fingerprint=alert.fingerprint,
                       status=alert.status.value, at=alert.received_at.timestamp())
+
+
+def noise_events(value: bytes | None, settings: TriageSettings) -> list[NoiseEvent]:
+    """The events to count for one record of ``ira.alerts.v1``: a pack's alerts in order
+    (:mod:`ira.runtime.bus.pack`), else the record's own; changes and poison are not counted."""
+    members = unpack(value) if value is not None and is_pack(value) else None
+    values = [m.value for m in members] if members is not None else [value]
+    return [event for event in (noise_event(v, settings) for v in values) if event is not None]
 
 
 def is_transition(previous: str, status: str) -> bool:
@@ -282,8 +291,8 @@ def _wire(app: faust.App, config: NoiseWorkerConfig, settings: TriageSettings, w
     async def route(stream: Any) -> None:
         """Re-key a fetch's alerts by group: one record per group and hop bucket."""
         async for values in stream.take(TAKE, within=TAKE_WITHIN):
-            parsed = [noise_event(value, settings) for value in values]
-            for key, value in routed([e for e in parsed if e is not None], windows.hop):
+            parsed = [event for value in values for event in noise_events(value, settings)]
+            for key, value in routed(parsed, windows.hop):
                 await events.send(key=key, value=value)
 
     @app.agent(events)

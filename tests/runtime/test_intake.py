@@ -90,7 +90,7 @@ class RecordingPublisher:
     async def publish_raw(self, topic: str, key: str, value: bytes, headers: object) -> object:
         raise NotImplementedError
 
-    async def publish_raw_many(self, records: list[RawRecord]) -> list[object]:
+    async def publish_raw_many(self, records: list[RawRecord], *, pack: object = ()) -> list[object]:
         self.records += records
         return [None] * len(records)
 

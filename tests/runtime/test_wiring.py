@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,6 +40,14 @@ def metric(platform: Platform, name: str) -> float:
         if line.startswith(name) and not line.startswith("#"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+async def test_the_relay_packs_the_alerts_topic_unless_the_config_says_not_to(platform: Platform) -> None:
+    alerts = topic_name(Topic.ALERTS, platform.settings.environment)
+    assert build_relay(platform).pack == {alerts}
+    runtime = platform.settings.runtime.model_copy(update={"relay_pack_alerts": False})
+    unpacked = replace(platform, settings=platform.settings.model_copy(update={"runtime": runtime}))
+    assert build_relay(unpacked).pack == frozenset()
 
 
 async def test_consumer_outcomes_relay_and_claims_show_on_metrics(platform: Platform) -> None:

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 from ira.core.clock import Clock
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import InvalidMessageError
+from ira.runtime.bus.pack import unpacked
 from ira.runtime.http import create_app
 from ira.runtime.settings import Settings
 from ira.runtime.settings.ingest import IngestSettings
@@ -164,7 +165,7 @@ async def _read_to_sentinels(
     while waiting:
         assert time.monotonic() < deadline, f"sentinels of {sorted(waiting)} not read within {timeout}s"
         for tp, records in (await consumer.getmany(*waiting, timeout_ms=200)).items():
-            for record in records:
+            for record in unpacked(records):  # a relay pass's alerts travel as packs
                 if record.key == SENTINEL_KEY:
                     if record.value == marker:
                         waiting.discard(tp)
@@ -188,7 +189,7 @@ async def watch_topic(bootstrap: str, topic: str) -> AsyncIterator[list[Received
     async def pump() -> None:
         while True:
             for records in (await consumer.getmany(timeout_ms=200)).values():
-                for record in records:
+                for record in unpacked(records):
                     with contextlib.suppress(InvalidMessageError):  # a shared topic may hold others' poison
                         found.append(Received(record.key.decode() if record.key else None,
                                               Envelope.from_bytes(record.value)))

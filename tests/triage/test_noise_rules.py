@@ -7,9 +7,18 @@ from datetime import timedelta
 import pytest
 
 from ira.core.alert import AlertStatus
+from ira.runtime.bus.pack import PackMember, pack
 from ira.runtime.settings.triage import NoiseSettings, TriageSettings
 from ira.triage.noise import noise_verdict, verdict_key
-from ira.triage.noise_app import Counted, NoiseEvent, NoiseWindows, is_transition, noise_event, routed
+from ira.triage.noise_app import (
+    Counted,
+    NoiseEvent,
+    NoiseWindows,
+    is_transition,
+    noise_event,
+    noise_events,
+    routed,
+)
 from ira.triage.noise_rebuild import Ownership
 from tests.triage.builders import T0, alert, change, envelope
 
@@ -49,6 +58,19 @@ def test_records_that_count_are_alerts_keyed_by_their_group() -> None:
     assert noise_event(envelope(change()).to_bytes(), settings) is None
     assert noise_event(b"not json", settings) is None
     assert noise_event(envelope(alert()).model_copy(update={"payload": {"x": 1}}).to_bytes(), settings) is None
+
+
+def test_a_pack_counts_each_of_its_alerts_in_order_and_nothing_else() -> None:
+    settings = TriageSettings()
+    rows = [envelope(alert(fingerprint="fp-1", status=AlertStatus.FIRING)), envelope(change()),
+            envelope(alert(fingerprint="fp-2", status=AlertStatus.RESOLVED))]
+    packed = pack([PackMember(key="acme:x", headers={}, value=e.to_bytes()) for e in rows]
+                  + [PackMember(key=None, headers={}, value=b"not json")])
+
+    assert [(e.fingerprint, e.status) for e in noise_events(packed, settings)] == [
+        ("fp-1", "firing"), ("fp-2", "resolved")]
+    assert [e.fingerprint for e in noise_events(rows[0].to_bytes(), settings)] == ["fp-1"]  # a record of one
+    assert noise_events(packed[:-3], settings) == [] and noise_events(None, settings) == []  # broken: poison
 
 
 def test_verdict_keys_are_scoped_by_prefix_and_tenant() -> None:

@@ -47,6 +47,7 @@ from ira.runtime.bus import tracing
 from ira.runtime.bus.inbox import BatchHooks, BatchItemError, InboxApplier
 from ira.runtime.bus.options import ConsumerSettings, after_apply
 from ira.runtime.bus.pace import FetchPace
+from ira.runtime.bus.pack import through, unpacked
 from ira.runtime.bus.park import Hold, ParkingLot
 from ira.runtime.bus.producer import BusProducer
 from ira.runtime.bus.record import (
@@ -158,7 +159,7 @@ class ConsumerRunner:
         pace = self.pace = self._pace(consumer, loop.time())
         try:
             while not stop.is_set():
-                fetched = await self._fetch(consumer, stop)
+                fetched = {tp: unpacked(records) for tp, records in (await self._fetch(consumer, stop)).items()}
                 if pace is not None and (wait := pace.after_fetch(bool(fetched), loop.time())) is not None:
                     set_fetch_wait(consumer, wait)
                 duty.report(idle=not fetched)
@@ -276,14 +277,14 @@ class ConsumerRunner:
                 outcome = await self._process(chunk[0], stop, hold)
                 if outcome is None:
                     return last
-                last = chunk[0].offset
+                last = through(chunk[0])
                 if pending and outcome in _REFUSED:
                     head = pending.pop(0)  # bad records come in runs: the next one goes alone too
                     pending[:0] = [part for part in (head[:1], head[1:]) if part]
                 continue
             done, known = await self._apply_batch(chunk)
             if done:
-                last = chunk[done - 1].offset
+                last = through(chunk[done - 1])
             rest = chunk[done:]
             split = 1 if known else len(rest) // 2
             pending[:0] = [part for part in (rest[:split], rest[split:]) if part]

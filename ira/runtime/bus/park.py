@@ -29,7 +29,7 @@ from typing import Any
 from ira.core.clock import Clock
 from ira.core.envelope import DeadLetter, Envelope
 from ira.core.errors import InvalidMessageError, PlatformError
-from ira.runtime.bus.record import RecordMeta, RecordOutcome, error_code, record_meta
+from ira.runtime.bus.record import RecordMeta, RecordOutcome, RecordShape, error_code, record_meta
 from ira.runtime.store import parked as store
 from ira.runtime.store.database import Database
 from ira.runtime.store.parked import ParkedRecord, ParkSummary
@@ -61,16 +61,8 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class StoredRecord:
+class StoredRecord(RecordShape):
     """A parked record in the shape of the consumer record it was (what the runner reads)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
 
     @classmethod
     def of(cls, parked: ParkedRecord) -> StoredRecord:

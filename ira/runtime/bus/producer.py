@@ -16,7 +16,7 @@ the gateway must answer 503 within seconds, not after aiokafka's 40 s default.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Container, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +25,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
@@ -33,6 +34,7 @@ from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
 from ira.core.errors import BrokerUnavailableError
 from ira.core.ports import RawRecord
+from ira.runtime.bus import pack as packing
 from ira.runtime.bus import tracing
 from ira.runtime.store.outbox import envelope_headers
 
@@ -53,9 +55,30 @@ def kafka_headers(headers: Mapping[str, str]) -> list[tuple[str, bytes]]:
 
 def _with_traceparent(headers: Mapping[str, str], traceparent: str | None) -> list[tuple[str, bytes]]:
     """The stored headers; the given ``traceparent`` only if they carry none."""
+    return kafka_headers(_with_traceparent_map(headers, traceparent))
+
+
+def _with_traceparent_map(headers: Mapping[str, str], traceparent: str | None) -> Mapping[str, str]:
     if traceparent and tracing.TRACEPARENT not in headers:
-        headers = {**headers, tracing.TRACEPARENT: traceparent}
-    return kafka_headers(headers)
+        return {**headers, tracing.TRACEPARENT: traceparent}
+    return headers
+
+
+PACK_HEADER = "ira-pack"
+"""On a pack record: how many members it holds (readers tell a pack by its value's bytes)."""
+_PARTITIONER = DefaultPartitioner()
+
+
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """One record to send, and the indices of the stored records it carries."""
+
+    topic: str
+    key: str | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+    indices: tuple[int, ...]
 
 
 def _envelope_headers(envelope: Envelope, extra: Mapping[str, str] | None, traceparent: str | None
@@ -200,12 +223,15 @@ class BusProducer:
                 meta = await ack
         return Published(meta.topic, meta.partition, meta.offset)
 
-    async def publish_raw_many(self, records: Sequence[RawRecord]) -> list[Published | BrokerUnavailableError]:
+    async def publish_raw_many(self, records: Sequence[RawRecord], *, pack: Container[str] = frozenset()
+                               ) -> list[Published | BrokerUnavailableError]:
         """Send stored records in one pass (the relay's batch): one PRODUCER span linked to the
         trace each record carries, every ack awaited at once; per record its own outcome.
 
         A record without a ``traceparent`` gets the span's. Compared with ``publish_raw`` per
         record, this saves a span, a context extraction and a separate ack wait per record.
+        Records of a topic in ``pack`` go out as packs, one record per partition they are bound
+        for (:mod:`ira.runtime.bus.pack`); each member's outcome is its pack's.
         """
         if not records:
             return []
@@ -215,14 +241,49 @@ class BusProducer:
             own = tracing.traceparent(span.get_span_context())
             try:
                 async with self._translated(f"{len(records)} records"):
-                    pending = [await self._send(r.topic, r.key, r.value, _with_traceparent(r.headers, own))
-                               for r in records]
-                    results = await asyncio.gather(*pending, return_exceptions=True)
+                    outgoing = await self._outgoing(records, pack, own)
+                    pending = [await self._send(o.topic, o.key, o.value, o.headers, partition=o.partition)
+                               for o in outgoing]
+                    acks = await asyncio.gather(*pending, return_exceptions=True)
             except BrokerUnavailableError as exc:
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 return [BrokerUnavailableError(exc.message, retry_after=exc.retry_after) for _ in records]
+        results: list[Any] = [None] * len(records)
+        for o, ack in zip(outgoing, acks, strict=True):
+            for i in o.indices:
+                results[i] = ack
         return [BrokerUnavailableError(f"not acknowledged: {type(r).__name__}: {r}", retry_after=timedelta(seconds=1))
                 if isinstance(r, BaseException) else Published(r.topic, r.partition, r.offset) for r in results]
+
+    async def _outgoing(self, records: Sequence[RawRecord], pack: Container[str], traceparent: str | None
+                        ) -> list[_Outgoing]:
+        """The records to send for ``records``: each as it is, or packed per partition (in order)."""
+        outgoing: list[_Outgoing] = []
+        bound: dict[tuple[str, int], list[int]] = {}
+        for i, r in enumerate(records):
+            if r.topic in pack:
+                bound.setdefault((r.topic, await self._partition_of(r.topic, r.key)), []).append(i)
+            else:
+                outgoing.append(_Outgoing(r.topic, r.key, r.value, _with_traceparent(r.headers, traceparent),
+                                          None, (i,)))
+        for (topic, partition), indices in bound.items():
+            members = [(i, packing.PackMember(key=records[i].key, value=records[i].value,
+                                              headers=_with_traceparent_map(records[i].headers, traceparent)))
+                       for i in indices]
+            at = 0
+            for chunk in packing.packs([m for _, m in members]):
+                held = tuple(i for i, _ in members[at:at + len(chunk)])
+                at += len(chunk)
+                outgoing.append(_Outgoing(topic, chunk[0].key, packing.pack(chunk),
+                                          [(PACK_HEADER, str(len(chunk)).encode())], partition, held))
+        return outgoing
+
+    async def _partition_of(self, topic: str, key: str) -> int:
+        """The partition the producer would choose for ``key`` alone (its default partitioner)."""
+        if self._producer is None:
+            raise BrokerUnavailableError("producer is not started")
+        partitions = sorted(await self._producer.partitions_for(topic))
+        return int(_PARTITIONER(key.encode(), partitions, partitions))
 
     def _span(self, topic: str, count: int, parent: Context, *, links: Sequence[Link] = ()
               ) -> AbstractContextManager[Span]:
@@ -233,14 +294,15 @@ class BusProducer:
                         "messaging.destination.name": topic, "messaging.batch.message_count": count})
 
     async def _send(
-        self, topic: str, key: str | bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+        self, topic: str, key: str | bytes | None, value: bytes, headers: list[tuple[str, bytes]], *,
+        partition: int | None = None,
     ) -> asyncio.Future[Any]:
         """Queue one record; the returned future resolves with its RecordMetadata."""
         if self._producer is None:
             raise BrokerUnavailableError("producer is not started")
         raw_key = key.encode() if isinstance(key, str) else key
         async with self._enqueue:
-            return await self._producer.send(topic, value=value, key=raw_key, headers=headers)
+            return await self._producer.send(topic, value=value, key=raw_key, headers=headers, partition=partition)
 
     @asynccontextmanager
     async def _translated(self, what: str) -> AsyncIterator[None]:

@@ -48,6 +48,20 @@ class RecordMeta:
     timestamp_ms: int
 
 
+@dataclass(frozen=True)
+class RecordShape:
+    """The fields of aiokafka's ConsumerRecord the runner reads, for a record that did not come
+    straight from a fetch: a parked one (``park.StoredRecord``), a pack's member (``pack.Member``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+
 def record_meta(record: Any) -> RecordMeta:
     """Build RecordMeta from an aiokafka ConsumerRecord (bytes decoded leniently)."""
     key = record.key.decode("utf-8", "replace") if record.key is not None else None

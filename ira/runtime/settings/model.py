@@ -200,6 +200,10 @@ class RuntimeTuning(Section):
     """Outbox rows a relay pass claims and publishes together: bigger passes make fewer claim and
     mark-sent transactions and bigger produce requests (bench/README.md: 100 -> 500 cut the
     pipeline's CPU per alert ~18 % while triage drained a backlog of batches)."""
+    relay_pack_alerts: bool = True
+    """Publish a relay pass's alert rows as one Kafka record per partition (a pack that every
+    consumer unpacks into its rows: ``ira.runtime.bus.pack``) instead of a record per alert.
+    Off: a record per alert, for an outside reader of ``ira.alerts.v1`` that wants plain envelopes."""
     relay_poll_interval: Duration = timedelta(milliseconds=200)
     """How often an idle relay looks for rows other processes wrote; a commit of its own process
     that leaves a row wakes it at once (``Database.waking_relay``)."""
