@@ -13,7 +13,9 @@ Redis server it daemonized; ``/proc/<pid>/stat``), both over wrk's window and un
 handled every alert accepted in it (``cpu_ms_per_alert`` and ``cpu_ms_per_alert_drained``).
 Whether triage keeps up: the backlog (alerts accepted at the edge minus alerts triage handled,
 from ira's counters) sampled every second during the window, and how long after wrk stopped
-triage needed to catch up (``caught_up_s``). With ``--compare-alertmanager`` a Debian
+triage needed to catch up (``caught_up_s``), and so the alerts/s the whole pipeline kept up with
+(``alerts_per_s_triaged``: wrk's alerts over its window plus that catch-up; None if triage did not
+catch up within ``--drain-limit``). With ``--compare-alertmanager`` a Debian
 Alertmanager takes the same load in the same round, back to back, and the ratio lines compare
 alerts/s and CPU per alert (``value`` >= 1 is ira ahead on throughput; for CPU, ira's ms per
 alert over Alertmanager's).
@@ -443,6 +445,8 @@ async def measure_pipeline(target: Target, load: Load, scenario: tuple[str, int,
         "cpu_cores_busy": round(sum(cpu_window.values()) / seconds, 2),
         "backlog_at_start": start.backlog, "backlog_max": max(samples, default=0.0), "backlog_at_end": end.backlog,
         "backlog_slope_per_s": round(slope(samples), 1), "caught_up_s": seconds_to_catch_up,
+        "alerts_per_s_triaged": (round(requests * per_request / (seconds + seconds_to_catch_up), 1)
+                                 if seconds_to_catch_up is not None else None),
         "triage_lag_at_end": end.triage_lag, "triage_lag_drained": drained.triage_lag,
         "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
     }
@@ -476,6 +480,7 @@ async def measure_reference(target: Target, load: Load, scenario: tuple[str, int
     alerts = int(record["requests"]) * int(record["alerts_per_request"])  # type: ignore[call-overload]
     record["cpu_ms_per_alert"] = round(float(record["server_cpu_ms_per_request"]) * int(record["requests"])  # type: ignore[arg-type, call-overload]
                                        / max(alerts, 1), 4)
+    record["alerts_per_s_triaged"] = record["alerts_per_s"]  # nothing of it comes later
     record["pipeline"] = True
     return record
 
@@ -555,6 +560,8 @@ async def run_pipeline(load: Load, *, compare_alertmanager: bool) -> None:
             if compare_alertmanager:
                 ratio("ira_dev/alertmanager", scenario[0], rounds, "ira_dev", "alertmanager")
                 ratio("ira_dev/alertmanager", scenario[0], rounds, "ira_dev", "alertmanager", key="cpu_ms_per_alert")
+                ratio("ira_dev/alertmanager", scenario[0], rounds, "ira_dev", "alertmanager",
+                      key="alerts_per_s_triaged")
 
 
 async def scenarios(load: Load, ours: tuple[Target, ...], raw: Target, am: Target) -> None:
