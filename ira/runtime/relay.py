@@ -7,9 +7,10 @@ replicas. On PostgreSQL the statements run without a transaction around them
 (``Database.standalone``): a pass was six round trips, it is two.
 
 An idle relay polls every ``poll_interval`` for rows any process wrote, and is woken at once
-by a commit of its own process that left a row to relay (``Database.waking_relay``): a
-notification a step of this process asked for goes out right after its commit instead of up to
-a poll later, and an idle relay's polls can stay sparse.
+by a commit of its own process that left a row to relay (``Database.waking_relay``), or of
+another process through the doorbell (:mod:`ira.runtime.doorbell`): a notification a step asked
+for goes out right after its commit instead of up to a poll later, and an idle relay's polls can
+stay sparse.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ira.core.clock import Clock
 from ira.core.errors import TransientError
@@ -74,6 +75,9 @@ class OutboxRelay:
     reader (``outbox.any_claimable``) and takes the write transaction only when there is work."""
     woken: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by a commit of this process that left a row to relay (or by the stop): ends the idle pause."""
+    bell: Callable[[Callable[[], None]], Coroutine[Any, Any, None]] | None = None
+    """Hears the commits of other processes (:mod:`ira.runtime.doorbell`): called with the wake
+    while the relay runs, cancelled at its end."""
 
     async def relay_once(self) -> int:
         """Publish one batch; returns how many rows were marked sent."""
@@ -118,6 +122,7 @@ class OutboxRelay:
         duty = enlist("relay")
         duty.ready = True
         stopping = asyncio.create_task(self._wake_on(stop))
+        heard = asyncio.create_task(self.bell(self.woken.set), name="relay-doorbell") if self.bell else None
         try:
             with self.db.waking_relay(self.woken.set):
                 while not stop.is_set():
@@ -136,6 +141,10 @@ class OutboxRelay:
                         await self._rest()
         finally:
             stopping.cancel()
+            if heard is not None:
+                heard.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heard
         duty.finished = True
 
     async def _rest(self) -> None:
@@ -157,10 +166,13 @@ class OutboxRelay:
             log.warning("relay: could not ensure topics: %s", exc)
 
 
+RELAY_ROLE = "relay"
+
+
 class RelayRole:
     """``ira worker --role relay``."""
 
-    name = "relay"
+    name = RELAY_ROLE
 
     def routers(self, platform: Platform) -> Sequence[APIRouter]:
         return ()

@@ -40,7 +40,9 @@ from ira.runtime.gate import Gate
 from ira.runtime.http import create_app
 from ira.runtime.platform import Platform
 from ira.runtime.readiness import ReadinessCheck, duties_check, platform_checks, serving_check
+from ira.runtime.relay import RELAY_ROLE
 from ira.runtime.role import Role
+from ira.runtime.wiring import ringing
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,14 @@ async def supervise(
 ) -> int:
     """Run until a stop is requested (exit code 0) or a role crashes (exit code 1)."""
     stop = asyncio.Event()  # tells the role loops to finish; set only after the drain
+    with ringing(platform, relays_here=any(role.name == RELAY_ROLE for role in loops)):
+        return await _supervise(platform, loops, stop, server=server, supervision=supervision, on_ready=on_ready)
+
+
+async def _supervise(
+    platform: Platform, loops: Sequence[Role], stop: asyncio.Event, *, server: uvicorn.Server | None,
+    supervision: Supervision, on_ready: Callable[[], None],
+) -> int:
     with supervision.roster.active():
         tasks: dict[asyncio.Task[object], str] = {
             asyncio.create_task(role.run(platform, stop), name=role.name): role.name for role in loops}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
+from functools import partial
 
 from ira.core.envelope import Envelope, Topic, topic_name
 from ira.runtime.bus.admin import ensure_topics
@@ -13,6 +15,7 @@ from ira.runtime.bus.consumer import ConsumerRunner, ConsumerSettings
 from ira.runtime.bus.inbox import BatchHooks
 from ira.runtime.bus.record import InboxHandler, Outcome, PlainHandler, RecordMeta, RecordOutcome
 from ira.runtime.dispatch import StepDispatcher, StepHandler
+from ira.runtime.doorbell import Doorbell, doorbell_channel, listen
 from ira.runtime.fault import FaultPoints
 from ira.runtime.platform import Platform
 from ira.runtime.relay import OutboxRelay
@@ -55,7 +58,17 @@ def build_relay(platform: Platform) -> OutboxRelay:
                        faults=FaultPoints(platform.settings.faults), admin=PlatformTopics(platform),
                        on_published=platform.metrics.relay_published.inc,
                        lanes=[[topic_name(t, env) for t in lane] for lane in RELAY_LANES],
-                       pack=frozenset({topic_name(Topic.ALERTS, env)} if tuning.relay_pack_alerts else ()))
+                       pack=frozenset({topic_name(Topic.ALERTS, env)} if tuning.relay_pack_alerts else ()),
+                       bell=partial(listen, platform.redis, doorbell_channel(env)) if tuning.relay_doorbell else None)
+
+
+def ringing(platform: Platform, *, relays_here: bool) -> AbstractContextManager[None]:
+    """While a process without a relay runs: its commits that leave a row to relay ring the
+    doorbell (``runtime.relay_doorbell``), so another process's relay passes at once."""
+    if relays_here or not platform.settings.runtime.relay_doorbell:
+        return nullcontext()
+    bell = Doorbell(platform.redis, doorbell_channel(platform.settings.environment))
+    return platform.db.waking_relay(bell.ring)
 
 
 def build_scanner(platform: Platform) -> Scanner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,12 +16,13 @@ from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.errors import DomainError
 from ira.infra.tansu import EmbeddedKafka
 from ira.runtime.bus.record import RecordMeta
+from ira.runtime.doorbell import doorbell_channel
 from ira.runtime.platform import Platform
 from ira.runtime.settings import load_settings
 from ira.runtime.stack import open_platform
 from ira.runtime.store import runs, steps
 from ira.runtime.store.migrate import upgrade
-from ira.runtime.wiring import build_consumer, build_dispatcher, build_relay
+from ira.runtime.wiring import build_consumer, build_dispatcher, build_relay, ringing
 from tests.contracts.test_store import new_run
 from tests.eventually import eventually
 
@@ -48,6 +50,43 @@ async def test_the_relay_packs_the_alerts_topic_unless_the_config_says_not_to(pl
     runtime = platform.settings.runtime.model_copy(update={"relay_pack_alerts": False})
     unpacked = replace(platform, settings=platform.settings.model_copy(update={"runtime": runtime}))
     assert build_relay(unpacked).pack == frozenset()
+
+
+async def test_a_process_without_a_relay_rings_after_its_commits_and_a_relay_listens(platform: Platform) -> None:
+    channel = doorbell_channel(platform.settings.environment)
+    heard: list[bytes] = []
+    pubsub = platform.redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(channel)
+
+    async def collect() -> None:
+        async for message in pubsub.listen():
+            heard.append(message["data"])
+
+    collecting = asyncio.create_task(collect())
+    try:
+        async def commit_a_wakeup() -> None:
+            async with platform.db.transaction() as conn:
+                await runs.create_run(conn, new_run(), at=datetime.now(UTC))  # its wake-up waits for a relay
+
+        with ringing(platform, relays_here=False):
+            await commit_a_wakeup()
+        await eventually(lambda: heard == [b"1"])
+        with ringing(platform, relays_here=True):  # this process's relay hears its commits itself
+            await commit_a_wakeup()
+        await eventually(lambda: not any(t.get_name() == "relay-doorbell" and not t.done()
+                                         for t in asyncio.all_tasks()))  # any ring it rang is out
+        await platform.redis.publish(channel, b"sentinel")  # so the sentinel comes behind it
+        await eventually(lambda: b"sentinel" in heard)
+        assert heard == [b"1", b"sentinel"]
+    finally:
+        collecting.cancel()
+        await asyncio.gather(collecting, return_exceptions=True)
+        await pubsub.aclose()
+    assert build_relay(platform).bell is not None
+    runtime = platform.settings.runtime.model_copy(update={"relay_doorbell": False})
+    quiet = replace(platform, settings=platform.settings.model_copy(update={"runtime": runtime}))
+    assert build_relay(quiet).bell is None
+    assert isinstance(ringing(quiet, relays_here=False), nullcontext)
 
 
 async def test_consumer_outcomes_relay_and_claims_show_on_metrics(platform: Platform) -> None:

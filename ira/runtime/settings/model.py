@@ -206,7 +206,13 @@ class RuntimeTuning(Section):
     Off: a record per alert, for an outside reader of ``ira.alerts.v1`` that wants plain envelopes."""
     relay_poll_interval: Duration = timedelta(milliseconds=200)
     """How often an idle relay looks for rows other processes wrote; a commit of its own process
-    that leaves a row wakes it at once (``Database.waking_relay``)."""
+    that leaves a row wakes it at once (``Database.waking_relay``), one of another process too
+    with ``relay_doorbell``."""
+    relay_doorbell: bool = True
+    """A process without a relay rings a Redis channel after a commit that left a row to relay,
+    and every relay listens (``ira.runtime.doorbell``): another process's run request, step
+    wake-up or notification goes out at once instead of at the relay's next poll. A hint only:
+    without it (or with Redis away) the poll still finds every row."""
     outbox_claim_lease: Duration = timedelta(seconds=30)
     scanner_interval: Duration = timedelta(seconds=5)
     step_lease: Duration = timedelta(seconds=30)
