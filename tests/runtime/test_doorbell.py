@@ -19,27 +19,13 @@ from redis.asyncio import Redis
 from ira.core.clock import SystemClock
 from ira.core.commit import OutboxMessage
 from ira.core.envelope import Envelope
-from ira.core.ports import RawRecord
 from ira.runtime.doorbell import Doorbell, doorbell_channel, listen
 from ira.runtime.relay import OutboxRelay
 from ira.runtime.store import outbox
 from ira.runtime.store.database import Database
 from tests.eventually import eventually
+from tests.runtime.test_intake import RecordingPublisher
 from tests.store_fixtures import _drop_schema, open_database, postgres_test_url
-
-
-class Recording:
-    """The broker as the relay sees it: acknowledges everything, remembers what it got."""
-
-    def __init__(self) -> None:
-        self.records: list[RawRecord] = []
-
-    async def publish_raw(self, topic: str, key: str, value: bytes, headers: object) -> object:
-        raise NotImplementedError
-
-    async def publish_raw_many(self, records: list[RawRecord], *, pack: object = ()) -> list[object]:
-        self.records += records
-        return [None] * len(records)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -78,7 +64,7 @@ async def test_a_commit_of_a_process_without_a_relay_wakes_a_resting_relay_at_on
 ) -> None:
     relays, other = two_processes
     channel = doorbell_channel(f"t{uuid.uuid4().hex[:8]}")
-    published = Recording()
+    published = RecordingPublisher()
     relay = OutboxRelay(db=relays, publisher=published, clock=SystemClock(),  # type: ignore[arg-type]
                         poll_interval=timedelta(seconds=60), bell=partial(listen, redis, channel))
     bell = Doorbell(redis, channel)
