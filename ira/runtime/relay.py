@@ -141,10 +141,9 @@ class OutboxRelay:
                         await self._rest()
         finally:
             stopping.cancel()
-            if heard is not None:
+            if heard is not None:  # a doorbell that failed on its own only cost its wake-ups
                 heard.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heard
+                await asyncio.gather(heard, return_exceptions=True)
         duty.finished = True
 
     async def _rest(self) -> None:
