@@ -10,8 +10,9 @@ to it passes at once.
 
 A ring is a hint, like the wake-up it causes: one lost (Redis away, a relay subscribing again)
 costs the poll, as before; one too many costs a pass that finds nothing. A ring is never
-waited for: the commit that rings has already returned, and rings that come while one is
-being published are sent once more after it, not once each.
+waited for: the commit that rings has already returned. Rings that come before a publish
+begins are covered by it; those that come while it is on its way are sent once more after it,
+not once each.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Doorbell:
         self._ringing: asyncio.Task[None] | None = None
         self._again = False
         self.rung = 0
-        """Rings published (for tests and gauges)."""
+        """Rings published (for tests)."""
 
     def ring(self) -> None:
         """Publish a ring soon; called after a commit, on the event loop, never waits."""

@@ -49,7 +49,7 @@ from ira.core.envelope import Envelope
 from ira.core.errors import InvalidMessageError
 from ira.core.grouping import group_key, group_labels
 from ira.core.model import Model
-from ira.runtime.bus.pack import is_pack, unpack
+from ira.runtime.bus.pack import unpack
 from ira.runtime.settings.triage import TriageSettings
 from ira.triage.decide import NoiseVerdict
 from ira.triage.noise import RedisNoiseState, noise_verdict, tally_key
@@ -108,7 +108,7 @@ def noise_event(value: bytes | None, settings: TriageSettings) -> NoiseEvent | N
 def noise_events(value: bytes | None, settings: TriageSettings) -> list[NoiseEvent]:
     """The events to count for one record of ``ira.alerts.v1``: a pack's alerts in order
     (:mod:`ira.runtime.bus.pack`), else the record's own; changes and poison are not counted."""
-    members = unpack(value) if value is not None and is_pack(value) else None
+    members = unpack(value) if value is not None else None
     values = [m.value for m in members] if members is not None else [value]
     return [event for event in (noise_event(v, settings) for v in values) if event is not None]
 

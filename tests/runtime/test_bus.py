@@ -96,11 +96,11 @@ def envelope(**payload: object) -> Envelope:
 
 def runner(
     bus_env: str, kafka: EmbeddedKafka, producer: BusProducer, handler: InboxHandler | PlainHandler, *,
-    db: Database | None = None, batch_size: int = 1, tracer: Tracer | None = None,
+    db: Database | None = None, batch_size: int = 1, tracer: Tracer | None = None, group_id: str | None = None,
 ) -> ConsumerRunner:
-    """A consumer of this test's alerts topic, in a consumer group of its own."""
+    """A consumer of this test's alerts topic, in a consumer group of its own (or ``group_id``)."""
     return ConsumerRunner(
-        bootstrap=kafka.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handler,
+        bootstrap=kafka.bootstrap, group_id=group_id or f"g-{uuid.uuid4().hex[:8]}", name=CONSUMER, handler=handler,
         topics=[topic_name(Topic.ALERTS, bus_env)], producer=producer, dlq_topic=topic_name(Topic.DLQ, bus_env),
         db=db, inbox=db is not None, settings=replace(FAST, batch_size=batch_size), tracer=tracer,
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from ira.core.envelope import Envelope, Topic, topic_name
 from ira.core.ids import new_event_id
 from ira.core.ports import RawRecord
 from ira.infra.tansu import EmbeddedKafka
-from ira.runtime.bus.consumer import ConsumerRunner
 from ira.runtime.bus.pack import MAGIC, Member, PackMember, is_pack, pack, packs, through, unpack, unpacked
 from ira.runtime.bus.producer import PACK_HEADER, BusProducer, Published
 from ira.runtime.bus.record import RecordMeta
@@ -30,12 +28,12 @@ from ira.runtime.store.database import Database
 from ira.runtime.store.outbox import envelope_headers
 from tests.eventually import eventually
 from tests.runtime.test_bus import (
-    CONSUMER,
-    FAST,
     applied,
     committed_offset,
+    effects_metadata,
     read_topic,
     recording_handler,
+    runner,
     running,
 )
 from tests.store_fixtures import open_database
@@ -96,7 +94,7 @@ def test_a_consumer_sees_a_packs_members_at_its_offset_done_through_it_only_with
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    from tests.runtime.test_bus import effects_metadata
+    """A migrated SQLite database with test_bus.py's effects table."""
     database, _ = await open_database("sqlite", tmp_path)
     async with database.transaction() as conn:
         await conn.run_sync(effects_metadata.create_all)
@@ -114,13 +112,6 @@ def row(topic: str, key: str, n: int) -> tuple[RawRecord, Envelope]:
     env = Envelope(message_id=new_event_id(), type="test.event", tenant_id="acme", occurred_at=datetime.now(UTC),
                    payload={"key": key, "n": n})
     return RawRecord(topic=topic, key=key, value=env.to_bytes(), headers=envelope_headers(env)), env
-
-
-def consumer_of(topic: str, kafka: EmbeddedKafka, producer: BusProducer, handler: object, db: Database, *,
-                batch_size: int, group_id: str | None = None) -> ConsumerRunner:
-    return ConsumerRunner(bootstrap=kafka.bootstrap, group_id=group_id or f"g-{uuid.uuid4().hex[:8]}",
-                          name=CONSUMER, handler=handler, topics=[topic], producer=producer,  # type: ignore[arg-type]
-                          dlq_topic=topic + ".dlq", db=db, inbox=True, settings=replace(FAST, batch_size=batch_size))
 
 
 async def test_a_pass_of_rows_is_one_record_per_partition_each_row_where_it_would_go_alone_and_read_once_in_order(
@@ -154,7 +145,7 @@ async def test_a_pass_of_rows_is_one_record_per_partition_each_row_where_it_woul
         assert meta.key == env.payload["key"] and meta.headers["event_id"] == env.message_id
         await recording_handler(conn, env, meta)
 
-    consumer = consumer_of(topic, kafka, producer, handler, db, batch_size=25)
+    consumer = runner(bus_env, kafka, producer, handler, db=db, batch_size=25)
     async with running(consumer):
         await eventually(lambda: consumer.stats.processed == len(firsts) + len(rows))
     ids = await applied(db)
@@ -178,14 +169,14 @@ async def test_a_stop_between_two_members_commits_before_the_pack_so_it_comes_ag
         holder["stop"].set()  # type: ignore[attr-defined]  # between the pack's first member and its second
 
     group = f"g-{uuid.uuid4().hex[:8]}"
-    consumer = consumer_of(topic, kafka, producer, stop_after_the_first, db, batch_size=1, group_id=group)
+    consumer = runner(bus_env, kafka, producer, stop_after_the_first, db=db, group_id=group)
     async with running(consumer) as stop:
         holder["stop"] = stop
         await eventually(lambda: consumer.stats.processed == 1)
     assert await applied(db) == [rows[0][1].message_id]
     assert await committed_offset(kafka, group, tp) == first.offset  # the pack is delivered again
 
-    again = consumer_of(topic, kafka, producer, recording_handler, db, batch_size=100, group_id=group)
+    again = runner(bus_env, kafka, producer, recording_handler, db=db, batch_size=100, group_id=group)
     async with running(again):
         await eventually(lambda: again.stats.processed == 2 and again.stats.duplicates == 1, timeout=40)
     assert await applied(db) == [env.message_id for _, env in rows]  # each once, in order

@@ -260,30 +260,33 @@ class BusProducer:
         """The records to send for ``records``: each as it is, or packed per partition (in order)."""
         outgoing: list[_Outgoing] = []
         bound: dict[tuple[str, int], list[int]] = {}
+        partitions: dict[str, list[int]] = {}  # per topic, asked of the producer's metadata once a pass
         for i, r in enumerate(records):
-            if r.topic in pack:
-                bound.setdefault((r.topic, await self._partition_of(r.topic, r.key)), []).append(i)
-            else:
+            if r.topic not in pack:
                 outgoing.append(_Outgoing(r.topic, r.key, r.value, _with_traceparent(r.headers, traceparent),
                                           None, (i,)))
+                continue
+            if r.topic not in partitions:
+                partitions[r.topic] = await self._partitions(r.topic)
+            # the partition the producer's default partitioner would choose for this key alone
+            bound.setdefault((r.topic, int(_PARTITIONER(r.key.encode(), partitions[r.topic], ()))), []).append(i)
         for (topic, partition), indices in bound.items():
-            members = [(i, packing.PackMember(key=records[i].key, value=records[i].value,
-                                              headers=_with_traceparent_map(records[i].headers, traceparent)))
+            members = [packing.PackMember(key=records[i].key, value=records[i].value,
+                                          headers=_with_traceparent_map(records[i].headers, traceparent))
                        for i in indices]
             at = 0
-            for chunk in packing.packs([m for _, m in members]):
-                held = tuple(i for i, _ in members[at:at + len(chunk)])
-                at += len(chunk)
+            for chunk in packing.packs(members):
                 outgoing.append(_Outgoing(topic, chunk[0].key, packing.pack(chunk),
-                                          [(PACK_HEADER, str(len(chunk)).encode())], partition, held))
+                                          [(PACK_HEADER, str(len(chunk)).encode())], partition,
+                                          tuple(indices[at:at + len(chunk)])))
+                at += len(chunk)
         return outgoing
 
-    async def _partition_of(self, topic: str, key: str) -> int:
-        """The partition the producer would choose for ``key`` alone (its default partitioner)."""
+    async def _partitions(self, topic: str) -> list[int]:
+        """``topic``'s partitions in order (what the default partitioner indexes into)."""
         if self._producer is None:
             raise BrokerUnavailableError("producer is not started")
-        partitions = sorted(await self._producer.partitions_for(topic))
-        return int(_PARTITIONER(key.encode(), partitions, partitions))
+        return sorted(await self._producer.partitions_for(topic))
 
     def _span(self, topic: str, count: int, parent: Context, *, links: Sequence[Link] = ()
               ) -> AbstractContextManager[Span]:
